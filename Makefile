@@ -1,0 +1,41 @@
+# gpugap: `make help` lists the targets. Every target sets up what it needs on a fresh machine.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv test lint demo bench services-up services-down clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv with gpugap and its dev tools
+
+test: $(STAMP) ## run the test suite (starts a local Kafka broker if none is given)
+	$(BIN)/gpugap services fetch
+	$(BIN)/pytest
+
+lint: $(STAMP) ## ruff and mypy
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+demo: $(STAMP) ## run the demo on the embedded defaults
+	@echo "gpugap demo: not built yet (see the 'main job' issue); try 'make bench' meanwhile"
+
+bench: $(STAMP) ## codec and broker throughput beside plain baselines
+	$(BIN)/gpugap bench all
+
+services-up: $(STAMP) ## start the local Kafka broker (127.0.0.1:9092)
+	$(BIN)/gpugap services up
+
+services-down: $(STAMP) ## stop the local Kafka broker
+	$(BIN)/gpugap services down
+
+clean: ## remove the virtualenv and caches (the Kafka jar cache stays)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from gpugap.cli import main
+
+sys.exit(main())

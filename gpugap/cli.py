@@ -1,0 +1,151 @@
+"""``gpugap``: a thin command line over the packages. Each command parses its arguments and
+calls one function; errors print one clear line (what to do) and exit non-zero."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpugap import __version__
+from gpugap.errors import FatalError, GpugapError
+
+if TYPE_CHECKING:
+    from gpugap.settings import Settings
+
+
+def _settings() -> Settings:
+    from gpugap.settings import load
+
+    settings = load()
+    logging.getLogger().setLevel(settings.log_level)
+    return settings
+
+
+def _config_show(args: argparse.Namespace) -> int:
+    print(json.dumps(_settings().masked(), indent=2, default=str))
+    return 0
+
+
+def _schemas_export(args: argparse.Namespace) -> int:
+    from schemas.export import export
+
+    for path in export(Path(args.dir)):
+        print(path)
+    return 0
+
+
+def _services(args: argparse.Namespace) -> int:
+    from gpugap.services.kafka import LocalKafka, fetch
+
+    settings = _settings().services
+    kafka = LocalKafka(settings)
+    if args.action == "fetch":
+        libs, downloaded = fetch(settings)
+        print(f"kafka jars: {libs} ({'downloaded' if downloaded else 'already there'})")
+        return 0
+    if args.action == "up":
+        status, downloaded = kafka.up()
+        print(
+            f"kafka: running pid={status.pid} bootstrap={status.bootstrap} "
+            f"({'jars downloaded' if downloaded else 'no download'})"
+        )
+        print(f"export GPUGAP_KAFKA_BOOTSTRAP={status.bootstrap}")
+        return 0
+    if args.action == "down":
+        print("kafka: stopped" if kafka.down() else "kafka: was not running")
+        return 0
+    status = kafka.status()
+    if status.running:
+        print(
+            f"kafka: running pid={status.pid} bootstrap={status.bootstrap} state={status.state_dir}"
+        )
+        return 0
+    print(f"kafka: stopped (state={status.state_dir})")
+    return 3
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from gpugap.publish import open_publisher
+    from producers import by_name, run_producer
+
+    settings = _settings()
+    producer = by_name(args.name)(settings)
+    if args.interval is not None:
+        producer.interval_s = args.interval
+    sent = asyncio.run(
+        run_producer(producer, open_publisher(args.out, settings.kafka), once=args.once)
+    )
+    logging.getLogger("gpugap").info("%s: %d records", args.name, sent)
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from gpugap.bench import main as bench_main
+
+    return bench_main(args.what, samples=args.samples, repeats=args.repeats)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpugap", description="Allocated vs consumed GPU-hours across Slurm and Kubernetes."
+    )
+    p.add_argument("--version", action="version", version=f"gpugap {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def cmd(
+        name: str,
+        fn: Callable[[argparse.Namespace], int],
+        help: str,
+        parent: argparse._SubParsersAction[argparse.ArgumentParser] = sub,
+    ) -> argparse.ArgumentParser:
+        sp = parent.add_parser(name, help=help, description=help)
+        sp.set_defaults(func=fn)
+        return sp
+
+    config = sub.add_parser("config", help="show the effective configuration")
+    config_sub = config.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cmd("show", _config_show, "print the effective configuration, secrets masked", config_sub)
+
+    schemas = sub.add_parser("schemas", help="record schemas")
+    schemas_sub = schemas.add_subparsers(dest="action", required=True, metavar="ACTION")
+    exp = cmd("export", _schemas_export, "write one JSON Schema per topic into DIR", schemas_sub)
+    exp.add_argument("dir")
+
+    svc = cmd("services", _services, "start, stop or inspect the local Kafka broker")
+    svc.add_argument("action", choices=["up", "down", "status", "fetch"])
+
+    prod = cmd("produce", _produce, "run a producer (publish to Kafka, or --out JSONL)")
+    prod.add_argument("name", help="producer name")
+    prod.add_argument("--out", metavar="FILE", help="write JSON lines to FILE ('-' = stdout)")
+    prod.add_argument("--once", action="store_true", help="one tick, then exit")
+    prod.add_argument("--interval", type=float, help="seconds between ticks")
+
+    bench = cmd("bench", _bench, "print codec and broker throughput figures")
+    bench.add_argument("what", nargs="?", choices=["codec", "kafka", "all"], default="all")
+    bench.add_argument("--samples", type=int, default=20_000, help="node samples per run")
+    bench.add_argument("--repeats", type=int, default=5, help="runs per figure (median)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        code: int = args.func(args)
+    except GpugapError as exc:
+        kind = "error" if isinstance(exc, FatalError) else "error (retry may help)"
+        print(f"gpugap: {kind}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

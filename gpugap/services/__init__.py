@@ -1,0 +1,1 @@
+"""Local services for machines without Docker: a Kafka broker (and later the warehouse)."""

@@ -1,0 +1,200 @@
+"""Deterministic example records of every topic, for docs, tests and benchmarks."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .models import (
+    Alert,
+    AllocationEvent,
+    Attribution,
+    DeadLetter,
+    GpuMinute,
+    GpuSample,
+    K8sPodEvent,
+    MigInstance,
+    NodeGpus,
+    NodeSample,
+    Record,
+    SlurmJobEvent,
+)
+from .types import ActivityMetric, SampleSource
+
+EPOCH = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}/{index}"))
+
+
+def node_samples(
+    count: int,
+    *,
+    nodes: int = 16,
+    gpus: int = 8,
+    seed: int = 1,
+    cluster: str = "bench",
+    start: datetime = EPOCH,
+) -> Iterator[NodeSample]:
+    """``count`` node samples round-robin over ``nodes`` nodes, 10 s apart per node."""
+    rng = random.Random(seed)
+    uuids = {(n, i): gpu_uuid(f"node{n:03d}", i) for n in range(nodes) for i in range(gpus)}
+    for k in range(count):
+        n = k % nodes
+        t = start + timedelta(seconds=10 * (k // nodes))
+        yield NodeSample(
+            cluster=cluster,
+            node=f"node{n:03d}",
+            time=t,
+            source=SampleSource.NVML,
+            interval_s=10.0,
+            gpus=tuple(
+                GpuSample(
+                    uuid=uuids[n, i],
+                    index=i,
+                    model="NVIDIA H100 80GB HBM3",
+                    activity=round(rng.random(), 3),
+                    activity_metric=ActivityMetric.UTILIZATION,
+                    utilization=round(rng.random(), 2),
+                    memory_used_mib=float(rng.randrange(0, 81_559)),
+                    memory_total_mib=81_559.0,
+                    power_w=round(rng.uniform(60, 700), 1),
+                    energy_mj=1_000_000 * k + i,
+                    sm_clock_mhz=1980,
+                )
+                for i in range(gpus)
+            ),
+        )
+
+
+def one_of_each() -> dict[str, Record]:
+    """A valid record for every topic, keyed by topic name."""
+    t = EPOCH + timedelta(hours=1)
+    g0, g1 = gpu_uuid("node001", 0), gpu_uuid("node001", 1)
+    common: dict[str, Any] = {"cluster": "prod"}
+    return {
+        "gpu.samples.v1": NodeSample(
+            **common,
+            node="node001",
+            time=t,
+            source=SampleSource.DCGM,
+            gpus=(
+                GpuSample(
+                    uuid=g0,
+                    index=0,
+                    activity=0.42,
+                    activity_metric=ActivityMetric.SM_ACTIVE,
+                    attribution=Attribution(pod="trainer-0", namespace="ml"),
+                ),
+                GpuSample(
+                    uuid="MIG-" + g1[4:],
+                    index=1,
+                    mig=MigInstance(parent_uuid=g1, gpu_instance_id=1, profile="1g.10gb"),
+                    unsupported=("activity", "power_w"),
+                ),
+            ),
+        ),
+        "slurm.jobs.v1": SlurmJobEvent(
+            event_id="slurm/prod/4242/end",
+            kind="end",
+            time=t,
+            source="hook",
+            **common,
+            job_id="4242",
+            user="alice",
+            account="vision",
+            partition="gpu",
+            qos="normal",
+            job_name="train",
+            nodes=(NodeGpus(node="node001", gpu_indices=(0, 1)),),
+            gpus_total=2,
+            time_limit_s=86_400,
+            submit_time=t - timedelta(hours=3),
+            start_time=t - timedelta(hours=2),
+            end_time=t,
+            state="COMPLETED",
+            exit_code=0,
+        ),
+        "k8s.pods.v1": K8sPodEvent(
+            event_id="k8s/prod/uid-1/bound",
+            kind="bound",
+            time=t,
+            source="watch",
+            **common,
+            uid="0b5a4e8e-1d7c-4a57-9d1b-6a1f3c1b2d3e",
+            namespace="ml",
+            name="trainer-0",
+            node="node001",
+            phase="Pending",
+            gpus=1,
+            gpu_resource="nvidia.com/gpu",
+            owner_kind="PyTorchJob",
+            owner_name="trainer",
+            workload_class="batch",
+            owner="bob",
+            team="nlp",
+            gang_id="ml/trainer",
+            gang_size=4,
+        ),
+        "gpu.allocations.v1": AllocationEvent(
+            event_id="slurm/prod/4242/node001/start",
+            kind="start",
+            time=t,
+            **common,
+            node="node001",
+            scheduler="slurm",
+            allocation_id="slurm/prod/4242",
+            gpus=2,
+            gpu_indices=(0, 1),
+            workload_class="batch",
+            owner="alice",
+            team="vision",
+        ),
+        "gpu.minutes.v1": GpuMinute(
+            **common,
+            node="node001",
+            gpu_uuid=g0,
+            minute=t,
+            allocated_s=60.0,
+            consumed_gpu_s=25.2,
+            activity_avg=0.42,
+            activity_max=0.9,
+            activity_metric="sm_active",
+            sample_count=6,
+            no_samples=False,
+            allocation_id="slurm/prod/4242",
+            scheduler="slurm",
+            workload_class="batch",
+            owner="alice",
+            team="vision",
+        ),
+        "alerts.v1": Alert(
+            alert_id="idle_gpu/slurm/prod/4242/1",
+            kind="idle_gpu",
+            state="open",
+            time=t,
+            opened_at=t - timedelta(minutes=30),
+            **common,
+            scheduler="slurm",
+            allocation_id="slurm/prod/4242",
+            owner="alice",
+            gpus=(g0,),
+            idle_minutes=30,
+            idle_gpu_hours=0.5,
+            message="2 GPUs idle for 30 min",
+        ),
+        "dead-letter.v1": DeadLetter(
+            time=t,
+            source_topic="gpu.samples.v1",
+            partition=0,
+            offset=7,
+            value_b64="e30=",
+            kind="malformed",
+            reason="gpu.samples.v1: not valid JSON",
+            consumer="test",
+        ),
+    }

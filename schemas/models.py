@@ -1,0 +1,288 @@
+"""Every record on every topic and every warehouse row: the single source of truth.
+
+Producers build these, streams read and emit them, sinks write them. Validation is strict
+where a wrong value would corrupt the numbers (ratios, times, counts, enums, GPU ids) and
+every error names the field it is about.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .types import (
+    ActivityMetric,
+    AlertKind,
+    AlertState,
+    DeadLetterKind,
+    EventId,
+    EventSource,
+    GpuUuid,
+    LifecycleKind,
+    Name,
+    NonNegFloat,
+    NonNegInt,
+    PodEventKind,
+    PodPhase,
+    Ratio,
+    SampleSource,
+    Scheduler,
+    SlurmJobState,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    TerminationReason,
+    Text,
+    UtcTime,
+    WorkloadClass,
+)
+
+
+class Record(BaseModel):
+    """Base of all records: immutable, strictly typed numbers, unknown fields ignored.
+
+    Unknown fields are ignored (not rejected) so that a consumer keeps working when a
+    producer adds an optional field to the same topic version; anything breaking gets a
+    new topic version instead.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+# --- device telemetry ---------------------------------------------------------------------
+
+
+class MigInstance(Record):
+    parent_uuid: GpuUuid
+    gpu_instance_id: NonNegInt
+    compute_instance_id: NonNegInt | None = None
+    profile: Text | None = Field(default=None, description="e.g. '1g.10gb'")
+
+
+class Attribution(Record):
+    """Who the device layer says is using a GPU (kubelet PodResources, dcgm labels, job map)."""
+
+    pod: Name | None = None
+    namespace: Name | None = None
+    container: Name | None = None
+    slurm_job_id: Name | None = None
+
+
+class GpuSample(Record):
+    uuid: GpuUuid
+    index: NonNegInt = Field(description="device index on the node (MIG: the parent's index)")
+    model: Text | None = None
+    mig: MigInstance | None = None
+    activity: Ratio | None = Field(default=None, description="best activity metric, 0..1")
+    activity_metric: ActivityMetric | None = None
+    utilization: Ratio | None = Field(default=None, description="NVML/DCGM GPU_UTIL / 100")
+    memory_used_mib: NonNegFloat | None = None
+    memory_total_mib: NonNegFloat | None = None
+    power_w: NonNegFloat | None = None
+    energy_mj: NonNegInt | None = Field(default=None, description="energy counter since boot")
+    sm_clock_mhz: NonNegInt | None = None
+    unsupported: tuple[Text, ...] = Field(
+        default=(), description="fields the device could not report (NotSupported, errors)"
+    )
+    attribution: Attribution | None = None
+
+    @model_validator(mode="after")
+    def _metric_named(self) -> Self:
+        if self.activity is not None and self.activity_metric is None:
+            raise ValueError("activity_metric is required when activity is set")
+        return self
+
+
+class NodeSample(Record):
+    """One node at one instant: all of its GPUs (one message per node per tick)."""
+
+    cluster: Name
+    node: Name
+    time: UtcTime
+    source: SampleSource
+    interval_s: NonNegFloat | None = Field(default=None, description="sampling interval")
+    gpus: tuple[GpuSample, ...]
+
+    @model_validator(mode="after")
+    def _unique_gpus(self) -> Self:
+        uuids = [g.uuid for g in self.gpus]
+        if len(set(uuids)) != len(uuids):
+            raise ValueError("gpus: each GPU uuid may appear once per node sample")
+        return self
+
+
+# --- scheduler events ---------------------------------------------------------------------
+
+
+class NodeGpus(Record):
+    node: Name
+    gpu_indices: tuple[NonNegInt, ...] = ()
+
+
+class SlurmJobEvent(Record):
+    """A Slurm job started or ended. Hooks and the poller emit identical event_ids."""
+
+    event_id: EventId
+    kind: LifecycleKind
+    time: UtcTime = Field(description="event time: start_time for start, end_time for end")
+    source: EventSource
+    cluster: Name
+    job_id: Name = Field(description="Slurm's job id as printed, e.g. '1234', '1234_7', '1234+1'")
+    array_job_id: NonNegInt | None = None
+    array_task_id: NonNegInt | None = None
+    het_job_id: NonNegInt | None = None
+    het_job_offset: NonNegInt | None = None
+    user: Name | None = None
+    account: Name | None = None
+    partition: Name | None = None
+    qos: Name | None = None
+    job_name: Text | None = None
+    nodes: tuple[NodeGpus, ...] = ()
+    gpus_total: NonNegInt = 0
+    time_limit_s: NonNegInt | None = Field(default=None, description="None = unlimited")
+    submit_time: UtcTime | None = None
+    start_time: UtcTime | None = None
+    end_time: UtcTime | None = None
+    state: SlurmJobState
+    exit_code: StrictInt | None = None
+    interactive: StrictBool = False
+    workload_class: WorkloadClass | None = Field(default=None, description="explicit override")
+
+    @model_validator(mode="after")
+    def _times_for_kind(self) -> Self:
+        if self.kind is LifecycleKind.START and self.start_time is None:
+            raise ValueError("start_time is required for a start event")
+        if self.kind is LifecycleKind.END and self.end_time is None:
+            raise ValueError("end_time is required for an end event")
+        return self
+
+
+class K8sPodEvent(Record):
+    """A pod transition that matters for GPU accounting (bound, running, terminated, deleted)."""
+
+    event_id: EventId
+    kind: PodEventKind
+    time: UtcTime
+    source: EventSource
+    cluster: Name
+    uid: Name
+    namespace: Name
+    name: Name
+    node: Name | None = None
+    phase: PodPhase
+    gpus: NonNegInt = 0
+    gpu_resource: Text | None = Field(
+        default=None, description="'nvidia.com/gpu', 'nvidia.com/mig-1g.10gb'"
+    )
+    reason: TerminationReason | None = None
+    owner_kind: Text | None = None
+    owner_name: Text | None = None
+    workload_class: WorkloadClass | None = None
+    owner: Text | None = None
+    team: Text | None = None
+    gang_id: Text | None = None
+    gang_size: NonNegInt | None = None
+    resource_version: Text | None = None
+
+    @model_validator(mode="after")
+    def _node_when_bound(self) -> Self:
+        if self.kind in (PodEventKind.BOUND, PodEventKind.RUNNING) and self.node is None:
+            raise ValueError("node is required once a pod is bound")
+        return self
+
+
+# --- stream outputs -----------------------------------------------------------------------
+
+
+class AllocationEvent(Record):
+    """GPUs on one node taken or released by one allocation (re-keyed by node)."""
+
+    event_id: EventId
+    kind: LifecycleKind
+    time: UtcTime
+    cluster: Name
+    node: Name
+    scheduler: Scheduler
+    allocation_id: EventId = Field(description="'slurm/<cluster>/<job>' or 'k8s/<cluster>/<uid>'")
+    gpus: NonNegInt
+    gpu_indices: tuple[NonNegInt, ...] | None = Field(default=None, description="Slurm: indices")
+    gpu_uuids: tuple[GpuUuid, ...] | None = Field(default=None, description="when known")
+    workload_class: WorkloadClass
+    owner: Text | None = None
+    team: Text | None = None
+    gang_id: Text | None = None
+    gang_size: NonNegInt | None = None
+    name: Text | None = None
+    time_limit_s: NonNegInt | None = None
+
+
+class GpuMinute(Record):
+    """One GPU, one minute (and one allocation, where the minute is split between several)."""
+
+    cluster: Name
+    node: Name
+    gpu_uuid: GpuUuid
+    minute: UtcTime
+    allocated_s: StrictFloat = Field(ge=0.0, le=60.0)
+    consumed_gpu_s: StrictFloat = Field(ge=0.0, le=60.0)
+    activity_avg: Ratio | None = None
+    activity_max: Ratio | None = None
+    activity_metric: ActivityMetric | None = None
+    memory_used_mib_avg: NonNegFloat | None = None
+    power_w_avg: NonNegFloat | None = None
+    sample_count: NonNegInt
+    no_samples: StrictBool = Field(description="no telemetry for this minute: consumption unknown")
+    allocation_id: EventId | None = None
+    scheduler: Scheduler | None = None
+    workload_class: WorkloadClass | None = None
+    owner: Text | None = None
+    team: Text | None = None
+    gang_id: Text | None = None
+
+    @model_validator(mode="after")
+    def _minute_aligned(self) -> Self:
+        if self.minute.second or self.minute.microsecond:
+            raise ValueError("minute must be aligned to a whole minute")
+        if self.consumed_gpu_s > self.allocated_s + 1e-9 and self.allocation_id is not None:
+            raise ValueError("consumed_gpu_s cannot exceed allocated_s for an allocation")
+        return self
+
+
+class Alert(Record):
+    """An alert's lifecycle: the same alert_id opens, updates and resolves."""
+
+    alert_id: EventId
+    kind: AlertKind
+    state: AlertState
+    time: UtcTime
+    opened_at: UtcTime
+    resolved_at: UtcTime | None = None
+    cluster: Name
+    scheduler: Scheduler
+    allocation_id: EventId | None = None
+    gang_id: Text | None = None
+    owner: Text | None = None
+    team: Text | None = None
+    workload_class: WorkloadClass | None = None
+    nodes: tuple[Name, ...] = ()
+    gpus: tuple[GpuUuid, ...] = ()
+    idle_minutes: NonNegInt = 0
+    idle_gpu_hours: NonNegFloat = 0.0
+    pending_pods: NonNegInt | None = None
+    running_pods: NonNegInt | None = None
+    message: Text = ""
+
+
+class DeadLetter(Record):
+    """A record that could not be processed, with everything needed to replay it."""
+
+    time: UtcTime = Field(description="when it was dead-lettered")
+    source_topic: Text
+    partition: NonNegInt | None = None
+    offset: NonNegInt | None = None
+    key_b64: str | None = None
+    value_b64: str
+    kind: DeadLetterKind
+    reason: Text
+    consumer: Text | None = Field(default=None, description="which part routed it")

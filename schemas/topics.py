@@ -1,0 +1,113 @@
+"""The topic registry: versioned names, their record model, key and partitioning."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from gpugap.errors import UnknownTopic
+
+from .models import (
+    Alert,
+    AllocationEvent,
+    DeadLetter,
+    GpuMinute,
+    K8sPodEvent,
+    NodeSample,
+    Record,
+    SlurmJobEvent,
+)
+
+M = TypeVar("M", bound=Record)
+
+
+@dataclass(frozen=True)
+class Topic(Generic[M]):
+    name: str  # versioned: '<base>.v<N>'
+    model: type[M]
+    key: str  # what the key holds, for docs and schema export
+    partitioned_by: str
+    key_of: Callable[[M], str]
+    description: str
+
+    def key_for(self, record: Any) -> bytes:
+        return self.key_of(record).encode()
+
+    def qualified(self, prefix: str = "") -> str:
+        """The topic's name on the broker (a prefix namespaces tests or tenants)."""
+        return prefix + self.name
+
+
+SAMPLES: Topic[NodeSample] = Topic(
+    "gpu.samples.v1",
+    NodeSample,
+    "cluster/node",
+    "node",
+    lambda r: f"{r.cluster}/{r.node}",
+    "Device telemetry: one message per node per tick, all of its GPUs.",
+)
+SLURM_JOBS: Topic[SlurmJobEvent] = Topic(
+    "slurm.jobs.v1",
+    SlurmJobEvent,
+    "cluster/job_id",
+    "job",
+    lambda r: f"{r.cluster}/{r.job_id}",
+    "Slurm job start/end events from hooks, the poller or the simulator.",
+)
+K8S_PODS: Topic[K8sPodEvent] = Topic(
+    "k8s.pods.v1",
+    K8sPodEvent,
+    "cluster/uid",
+    "pod",
+    lambda r: f"{r.cluster}/{r.uid}",
+    "Kubernetes pod lifecycle events for pods that request GPUs.",
+)
+ALLOCATIONS: Topic[AllocationEvent] = Topic(
+    "gpu.allocations.v1",
+    AllocationEvent,
+    "cluster/node",
+    "node",
+    lambda r: f"{r.cluster}/{r.node}",
+    "Per-node allocation start/end, classified, re-keyed by node for the join.",
+)
+MINUTES: Topic[GpuMinute] = Topic(
+    "gpu.minutes.v1",
+    GpuMinute,
+    "cluster/node",
+    "node",
+    lambda r: f"{r.cluster}/{r.node}",
+    "One record per GPU per minute (per allocation where a minute is split).",
+)
+ALERTS: Topic[Alert] = Topic(
+    "alerts.v1",
+    Alert,
+    "alert_id",
+    "alert",
+    lambda r: r.alert_id,
+    "Idle-GPU and partial-gang alerts: open, update, resolved.",
+)
+DEAD_LETTER: Topic[DeadLetter] = Topic(
+    "dead-letter.v1",
+    DeadLetter,
+    "source topic",
+    "source topic",
+    lambda r: r.source_topic,
+    "Records that failed to decode, validate or process, with the reason.",
+)
+
+TOPICS: dict[str, Topic[Any]] = {
+    t.name: t for t in (SAMPLES, SLURM_JOBS, K8S_PODS, ALLOCATIONS, MINUTES, ALERTS, DEAD_LETTER)
+}
+
+
+def by_name(name: str, prefix: str = "") -> Topic[Any]:
+    """Look a topic up by its (optionally prefixed) broker name; unknown names are an error."""
+    base = name[len(prefix) :] if prefix and name.startswith(prefix) else name
+    try:
+        return TOPICS[base]
+    except KeyError:
+        stem = base.rsplit(".v", 1)[0]
+        known = [n for n in TOPICS if n.rsplit(".v", 1)[0] == stem]
+        hint = f"this build knows {', '.join(known)}" if known else f"known: {', '.join(TOPICS)}"
+        raise UnknownTopic(f"topic: unknown topic or version {base!r} ({hint})") from None

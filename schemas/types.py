@@ -1,0 +1,156 @@
+"""Field types shared by every record: UTC times, GPU ids, names, enums."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, PlainSerializer, Strict, StringConstraints
+
+_HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+#: ``GPU-<uuid>``, ``MIG-<uuid>`` (R470+ drivers) or ``MIG-GPU-<uuid>/<gi>/<ci>`` (older drivers).
+GPU_UUID_PATTERN = rf"^(GPU-{_HEX_UUID}|MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/\d+/\d+)$"
+
+
+def _require_utc_ms(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            "timestamp must be timezone-aware (UTC, e.g. '2026-01-01T00:00:00Z'), got a naive time"
+        )
+    value = value.astimezone(UTC)
+    return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
+
+
+def format_utc(value: datetime) -> str:
+    """ISO 8601 with millisecond precision and a ``Z``: the one wire format for times."""
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+#: A timezone-aware UTC instant with millisecond precision; naive times are rejected.
+UtcTime = Annotated[
+    datetime,
+    AfterValidator(_require_utc_ms),
+    PlainSerializer(format_utc, return_type=str, when_used="json"),
+]
+
+GpuUuid = Annotated[str, StringConstraints(pattern=GPU_UUID_PATTERN)]
+#: Cluster, node, user... names: non-empty, no surrounding whitespace, no '/' (used in keys).
+Name = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[^/\s][^/]*$")]
+Text = Annotated[str, StringConstraints(max_length=4096)]
+# Numbers are strict: a string where a number belongs is a producer bug, not data to coerce.
+Ratio = Annotated[float, Strict(), Field(ge=0.0, le=1.0)]
+NonNegFloat = Annotated[float, Strict(), Field(ge=0.0)]
+NonNegInt = Annotated[int, Strict(), Field(ge=0)]
+StrictInt = Annotated[int, Strict()]
+StrictFloat = Annotated[float, Strict()]
+StrictBool = Annotated[bool, Strict()]
+EventId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+
+
+def utc_now() -> datetime:
+    return _require_utc_ms(datetime.now(UTC))
+
+
+def to_utc(value: datetime) -> datetime:
+    """Validate and normalise a time exactly as records do (aware, UTC, milliseconds)."""
+    return _require_utc_ms(value)
+
+
+class Scheduler(StrEnum):
+    SLURM = "slurm"
+    KUBERNETES = "kubernetes"
+
+
+class WorkloadClass(StrEnum):
+    BATCH = "batch"
+    SERVICE = "service"
+    INTERACTIVE = "interactive"
+
+
+class ActivityMetric(StrEnum):
+    """Which device metric an activity value came from, best first (DESIGN.md)."""
+
+    SM_ACTIVE = "sm_active"  # DCGM_FI_PROF_SM_ACTIVE
+    GR_ENGINE_ACTIVE = "gr_engine_active"  # DCGM_FI_PROF_GR_ENGINE_ACTIVE
+    UTILIZATION = "utilization"  # NVML utilization.gpu or DCGM_FI_DEV_GPU_UTIL, / 100
+
+
+class SampleSource(StrEnum):
+    NVML = "nvml"
+    DCGM = "dcgm"
+    SIMULATOR = "simulator"
+
+
+class EventSource(StrEnum):
+    """Who observed a scheduler event: several may report the same one (dedupe is by event_id)."""
+
+    HOOK = "hook"
+    POLLER = "poller"
+    WATCH = "watch"
+    SIMULATOR = "simulator"
+
+
+class LifecycleKind(StrEnum):
+    """Start/end of something that holds GPUs (a Slurm job, an allocation)."""
+
+    START = "start"
+    END = "end"
+
+
+class SlurmJobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+
+
+class PodEventKind(StrEnum):
+    BOUND = "bound"  # scheduled onto a node: from here the pod holds its GPUs
+    RUNNING = "running"
+    TERMINATED = "terminated"
+    DELETED = "deleted"
+
+
+class PodPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+class TerminationReason(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    OOM_KILLED = "oom_killed"
+    EVICTED = "evicted"
+    PREEMPTED = "preempted"
+    DELETED = "deleted"
+    UNKNOWN = "unknown"
+
+
+class AlertKind(StrEnum):
+    IDLE_GPU = "idle_gpu"
+    PARTIAL_GANG = "partial_gang"
+
+
+class AlertState(StrEnum):
+    OPEN = "open"
+    UPDATE = "update"
+    RESOLVED = "resolved"
+
+
+class DeadLetterKind(StrEnum):
+    MALFORMED = "malformed"  # not JSON
+    SCHEMA = "schema"  # JSON that breaks the topic's schema
+    UNKNOWN_TOPIC = "unknown_topic"  # a topic or version this build does not know
+    LATE = "late"  # valid but later than the allowed lateness
+    REJECTED = "rejected"  # valid but refused by a processing step (reason says why)

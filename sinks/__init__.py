@@ -1,0 +1,1 @@
+"""Sinks: one write(batch) each on a batching base (ClickHouse, ...)."""

@@ -1,0 +1,134 @@
+"""Session-scoped real services, per-test topics, and a guard against leaked threads/processes.
+
+Services are chosen in the order DESIGN.md gives: an address in the environment, Docker via
+testcontainers when a daemon answers, else local processes. Under CI=true a service that
+cannot start fails the tests that need it; elsewhere they are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpugap.errors import GpugapError
+from gpugap.services.kafka import LocalKafka, broker_ready
+from gpugap.settings import KafkaSettings, ServicesSettings
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def unavailable(what: str) -> None:
+    if CI:
+        pytest.fail(f"{what} (CI=true: a service the tests need must start)")
+    pytest.skip(what)
+
+
+def docker_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    given = os.environ.get("GPUGAP_KAFKA_BOOTSTRAP")
+    if given:
+        if not broker_ready(given):
+            unavailable(f"GPUGAP_KAFKA_BOOTSTRAP={given} does not answer")
+        yield given
+        return
+    if docker_answers():
+        from testcontainers.community.kafka import KafkaContainer
+
+        with KafkaContainer().with_kraft() as container:
+            yield container.get_bootstrap_server()
+        return
+    kafka = LocalKafka.ephemeral(ServicesSettings(), tmp_path_factory.mktemp("kafka"))
+    try:
+        kafka.up()
+    except GpugapError as exc:
+        kafka.down()
+        unavailable(f"could not start a local Kafka broker: {exc}")
+    try:
+        yield kafka.bootstrap
+    finally:
+        kafka.down()
+
+
+@pytest.fixture
+def kafka(kafka_bootstrap: str) -> Iterator[KafkaSettings]:
+    """Settings for a broker namespace of this test's own: every topic gets a unique prefix,
+    and the test's topics are deleted afterwards."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    settings = KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=prefix, linger_ms=5)
+    yield settings
+    asyncio.run(_delete_topics(kafka_bootstrap, prefix))
+
+
+async def create_topics(settings: KafkaSettings, names: list[str], partitions: int = 1) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic(settings.topic_prefix + n, partitions, 1) for n in names]
+        )
+    finally:
+        await admin.close()
+
+
+async def _delete_topics(bootstrap: str, prefix: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
+
+
+def _children() -> set[int]:
+    me = str(os.getpid())
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            found.add(int(stat.parent.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Fail a test that leaves threads or child processes running."""
+    threads, children = set(threading.enumerate()), _children()
+    yield
+    deadline = time.monotonic() + 5
+    while True:
+        extra_threads = [t for t in threading.enumerate() if t not in threads and t.is_alive()]
+        extra_children = _children() - children
+        if not (extra_threads or extra_children) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not extra_threads, f"test left threads running: {[t.name for t in extra_threads]}"
+    assert not extra_children, f"test left child processes running: {sorted(extra_children)}"

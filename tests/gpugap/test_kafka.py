@@ -1,0 +1,146 @@
+"""Records through the real broker: nothing lost, nothing reordered, bad input dead-lettered."""
+
+import asyncio
+import base64
+import json
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+import pytest
+
+from gpugap.consume import DeadLetters, RawMessage, consume
+from gpugap.publish import KafkaPublisher
+from gpugap.settings import KafkaSettings
+from schemas import DeadLetter, NodeSample, Record, decode, encode
+from schemas.examples import node_samples
+from schemas.topics import DEAD_LETTER, SAMPLES
+from tests.conftest import create_topics
+
+pytestmark = pytest.mark.kafka
+
+
+async def _collect(
+    kafka: KafkaSettings, group: str, expected: int, **kw: object
+) -> list[tuple[RawMessage, Record]]:
+    got: list[tuple[RawMessage, Record]] = []
+    stop = asyncio.Event()
+
+    async def handler(batch: Sequence[tuple[RawMessage, Record]]) -> None:
+        got.extend(batch)
+        if len(got) >= expected:
+            stop.set()
+
+    async with KafkaPublisher(kafka) as dlq:
+        await asyncio.wait_for(
+            consume(
+                kafka, group, handler, DeadLetters(dlq, group, kafka.topic_prefix), stop=stop, **kw
+            ),
+            timeout=120,
+        )  # type: ignore[arg-type]
+    return got
+
+
+def test_ten_thousand_node_samples_round_trip_in_order(kafka: KafkaSettings) -> None:
+    sent = list(node_samples(10_000, nodes=40, gpus=8))
+
+    async def scenario() -> list[tuple[RawMessage, Record]]:
+        await create_topics(kafka, [SAMPLES.name], partitions=4)
+        async with KafkaPublisher(kafka) as pub:
+            for record in sent:
+                await pub.send(SAMPLES, record)
+        return await _collect(kafka, "roundtrip", len(sent), topics=[SAMPLES.name])
+
+    got = asyncio.run(scenario())
+    assert len(got) == 10_000
+    records = [r for _, r in got]
+    assert all(isinstance(r, NodeSample) and len(r.gpus) == 8 for r in records)
+    assert sorted(encode(r) for r in records) == sorted(encode(r) for r in sent)
+    partitions_of_key: dict[bytes, set[int | None]] = defaultdict(set)
+    per_key: dict[bytes, list[NodeSample]] = defaultdict(list)
+    last_offset: dict[int | None, int] = {}
+    for raw, record in got:
+        assert raw.key is not None and raw.offset is not None
+        partitions_of_key[raw.key].add(raw.partition)
+        per_key[raw.key].append(record)  # type: ignore[arg-type]
+        assert raw.offset > last_offset.get(raw.partition, -1)
+        last_offset[raw.partition] = raw.offset
+        assert raw.timestamp_ms == int(record.time.timestamp() * 1000)  # type: ignore[attr-defined]
+    assert all(len(p) == 1 for p in partitions_of_key.values()), "a node's key spans partitions"
+    assert len({p for ps in partitions_of_key.values() for p in ps}) == 4
+    for key, records_of_node in per_key.items():
+        expected = [r for r in sent if SAMPLES.key_for(r) == key]
+        assert records_of_node == expected, f"{key!r} reordered"
+
+
+def test_bad_records_go_to_dead_letter_with_reasons_and_good_ones_flow(
+    kafka: KafkaSettings,
+) -> None:
+    good1, good2, base = list(node_samples(3))
+    body = json.loads(encode(base))
+
+    def variant(**gpu: object) -> bytes:
+        d = json.loads(json.dumps(body))
+        d["gpus"][0].update(gpu)
+        return json.dumps(d).encode()
+
+    naive = encode(base).replace(b'.000Z"', b'.000"')
+    bad = {
+        "malformed": b'{"cluster": "c", "node": ',
+        "wrong type": variant(index="zero"),
+        "out of range": variant(activity=1.7),
+        "naive time": naive,
+    }
+    v1, v2 = kafka.topic_prefix + SAMPLES.name, kafka.topic_prefix + "gpu.samples.v2"
+
+    async def scenario() -> tuple[list[tuple[RawMessage, Record]], list[DeadLetter]]:
+        await create_topics(kafka, [SAMPLES.name, "gpu.samples.v2", DEAD_LETTER.name])
+        async with KafkaPublisher(kafka) as pub:
+            await pub.send(SAMPLES, good1)
+            for value in bad.values():
+                await pub.send_raw(v1, b"c/n", value)
+            await pub.send_raw(v2, b"c/n", encode(base))
+            await pub.send(SAMPLES, good2)
+        pattern = re.escape(kafka.topic_prefix) + r"gpu\.samples\.v\d+"
+        good = await _collect(kafka, "dlq-test", 2, pattern=pattern, idle_timeout_s=15)
+        dead = await _read_all(kafka, kafka.topic_prefix + DEAD_LETTER.name, 5)
+        return good, dead
+
+    good, dead = asyncio.run(scenario())
+    assert [r for _, r in good] == [good1, good2]
+    assert len(dead) == 5
+    by_value = {base64.b64decode(d.value_b64): d for d in dead}
+    reasons = {what: by_value[value].reason for what, value in bad.items()}
+    assert (
+        "not valid JSON" in reasons["malformed"] and by_value[bad["malformed"]].kind == "malformed"
+    )
+    assert "gpus.0.index" in reasons["wrong type"]
+    assert "gpus.0.activity" in reasons["out of range"] and "1.7" in reasons["out of range"]
+    assert "time:" in reasons["naive time"] and "timezone-aware" in reasons["naive time"]
+    unknown = next(d for d in dead if d.source_topic == v2)
+    assert unknown.kind == "unknown_topic" and "gpu.samples.v2" in unknown.reason
+    for d in dead:
+        assert d.partition == 0 and d.offset is not None and d.consumer == "dlq-test"
+        assert d.key_b64 == base64.b64encode(b"c/n").decode()
+    assert sorted(d.offset for d in dead if d.source_topic == v1) == [1, 2, 3, 4]
+
+
+async def _read_all(kafka: KafkaSettings, topic: str, expected: int) -> list[DeadLetter]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    out: list[DeadLetter] = []
+    try:
+        async with asyncio.timeout(60):
+            while len(out) < expected:
+                for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                    out += [decode(DEAD_LETTER, m.value) for m in msgs]
+    finally:
+        await consumer.stop()
+    return out
