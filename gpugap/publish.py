@@ -12,9 +12,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
+from aiokafka.partitioner import DefaultPartitioner
+
 from gpugap.errors import RetriableError
 from gpugap.settings import KafkaSettings
 from schemas import Record, Topic, encode
+
+_PARTITIONER = DefaultPartitioner()
 
 
 def event_time_ms(record: Record) -> int | None:
@@ -52,13 +56,22 @@ class Publisher(ABC):
 
 
 class KafkaPublisher(Publisher):
-    """aiokafka producer: idempotent, acks=all, batched by linger, keyed per the topic registry."""
+    """aiokafka producer: idempotent, acks=all, keyed per the topic registry.
 
-    def __init__(self, settings: KafkaSettings, *, max_in_flight: int = 50_000) -> None:
+    Records are appended to one batch per partition (aiokafka's per-message ``send()`` costs
+    more than encoding the record); the partition comes from the same murmur2 partitioner as
+    the Java client, so keys land where Faust and every other client expect them.
+    """
+
+    def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
-        self.max_in_flight = max_in_flight
-        self._pending: list[asyncio.Future[Any]] = []
         self._producer: Any = None
+        self._batches: dict[tuple[str, int], Any] = {}
+        self._partitions: dict[str, list[int]] = {}
+        self._in_flight: list[asyncio.Future[Any]] = []
+        self._round_robin = 0
+        self._linger: asyncio.Task[None] | None = None
+        self._ship_lock = asyncio.Lock()  # batches of a partition reach the broker in order
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaProducer
@@ -76,6 +89,7 @@ class KafkaPublisher(Publisher):
             await self._producer.start()
         except Exception as exc:
             await self._producer.stop()
+            self._producer = None
             raise RetriableError(
                 f"cannot reach Kafka at {s.bootstrap} ({exc}); start one with "
                 "`gpugap services up` or set GPUGAP_KAFKA_BOOTSTRAP"
@@ -92,20 +106,56 @@ class KafkaPublisher(Publisher):
     async def send_raw(
         self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
     ) -> None:
-        fut = await self._producer.send(topic, value=value, key=key, timestamp_ms=timestamp_ms)
-        self._pending.append(fut)
+        partitions = self._partitions.get(topic) or await self._load_partitions(topic)
+        if key is None:
+            self._round_robin += 1
+            partition = partitions[self._round_robin % len(partitions)]
+        else:
+            partition = _PARTITIONER(key, partitions, partitions)
+        batch = self._batches.get((topic, partition))
+        if batch is None:
+            batch = self._batches[topic, partition] = self._producer.create_batch()
+        if batch.append(key=key, value=value, timestamp=timestamp_ms) is None:
+            await self._ship(topic, partition)  # full: send it, start the next one
+            batch = self._batches[topic, partition] = self._producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=timestamp_ms) is None:
+                raise ValueError(f"a record of {len(value or b'')} bytes exceeds the batch size")
         self.sent += 1
-        if len(self._pending) >= self.max_in_flight:
-            await self.flush()
+        if self._linger is None or self._linger.done():
+            # a record never waits in a half-full batch for longer than linger_ms
+            self._linger = asyncio.create_task(self._ship_after_linger())
+
+    async def _ship_after_linger(self) -> None:
+        await asyncio.sleep(self.settings.linger_ms / 1000)
+        await self._ship_all()
+
+    async def _load_partitions(self, topic: str) -> list[int]:
+        found = sorted(await self._producer.partitions_for(topic))
+        self._partitions[topic] = found
+        return found
+
+    async def _ship(self, topic: str, partition: int) -> None:
+        async with self._ship_lock:
+            batch = self._batches.pop((topic, partition), None)
+            if batch is not None and batch.record_count():
+                fut = await self._producer.send_batch(batch, topic, partition=partition)
+                self._in_flight.append(fut)
+
+    async def _ship_all(self) -> None:
+        for topic, partition in list(self._batches):
+            await self._ship(topic, partition)
 
     async def flush(self) -> None:
         if self._producer is None:
             return
-        pending, self._pending = self._pending, []
-        if pending:
-            await self._producer.flush()
-            for fut in pending:
-                fut.result()  # raises if the broker refused a record
+        if self._linger is not None:
+            # never cancel it: it may be mid-way through handing a batch to the broker
+            linger, self._linger = self._linger, None
+            await linger  # re-raises a failure of a linger-time send
+        await self._ship_all()
+        in_flight, self._in_flight = self._in_flight, []
+        for fut in in_flight:
+            await fut  # raises if the broker refused a batch
 
     async def close(self) -> None:
         if self._producer is None:
