@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -70,6 +71,57 @@ def _services(args: argparse.Namespace) -> int:
     return 3
 
 
+def _clickhouse_serve(args: argparse.Namespace) -> int:
+    from gpugap.services.clickhouse import users_from
+    from gpugap.services.clickhouse.server import serve
+
+    settings = _settings()
+    svc = settings.services
+    path = Path(args.path) if args.path else svc.clickhouse_path or svc.state_dir / "clickhouse"
+    serve(
+        path,
+        args.host or svc.clickhouse_host,
+        args.port or svc.clickhouse_port,
+        users_from(settings.clickhouse),
+    )
+    return 0
+
+
+def _db_migrate(args: argparse.Namespace) -> int:
+    from sinks.warehouse import migrate
+
+    settings = _settings().clickhouse
+    applied = migrate(settings)
+    for mig in applied:
+        print(f"applied {mig.version:03d}_{mig.name}")
+    print(
+        f"{settings.url} database {settings.database}: "
+        f"{len(applied) or 'no'} new migration(s); schema is current"
+    )
+    return 0
+
+
+def _sink(args: argparse.Namespace) -> int:
+    from gpugap.consume import DeadLetters
+    from gpugap.publish import KafkaPublisher
+    from sinks.clickhouse import ClickHouseSink
+
+    settings = _settings()
+    sink = ClickHouseSink(settings.clickhouse, max_records=args.max_records, max_age_s=args.max_age)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, sink.stop.set)
+        async with KafkaPublisher(settings.kafka) as dlq:
+            await sink.run(
+                settings.kafka, DeadLetters(dlq, f"sink-{sink.name}", settings.kafka.topic_prefix)
+            )
+
+    asyncio.run(run())
+    return 0
+
+
 def _produce(args: argparse.Namespace) -> int:
     from gpugap.publish import open_publisher
     from producers import by_name, run_producer
@@ -119,6 +171,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     svc = cmd("services", _services, "start, stop or inspect the local Kafka broker")
     svc.add_argument("action", choices=["up", "down", "status", "fetch"])
+
+    ch = sub.add_parser("clickhouse", help="the embedded ClickHouse endpoint")
+    ch_sub = ch.add_subparsers(dest="action", required=True, metavar="ACTION")
+    serve = cmd(
+        "serve",
+        _clickhouse_serve,
+        "serve ClickHouse's HTTP interface over the in-process engine (chDB)",
+        ch_sub,
+    )
+    serve.add_argument("--path", help="data directory (persistent)")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default 8123)")
+
+    db = sub.add_parser("db", help="the warehouse schema")
+    db_sub = db.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cmd("migrate", _db_migrate, "apply the SQL migrations not applied yet (idempotent)", db_sub)
+
+    sink = cmd(
+        "sink",
+        _sink,
+        "store gpu.minutes, job/pod events, alerts and dead letters "
+        "in ClickHouse (commits offsets only after ClickHouse acknowledged)",
+    )
+    sink.add_argument("name", choices=["clickhouse"])
+    sink.add_argument("--max-records", type=int, default=50_000, help="batch size (rows)")
+    sink.add_argument("--max-age", type=float, default=1.0, help="batch age limit (seconds)")
 
     prod = cmd("produce", _produce, "run a producer (publish to Kafka, or --out JSONL)")
     prod.add_argument("name", help="producer name")

@@ -81,7 +81,9 @@ class DeadLetters:
         await self.publisher.send(DEAD_LETTER, record)
 
 
-Handler = Callable[[Sequence[tuple[RawMessage, Record]]], Awaitable[None]]
+#: Gets the good records of one poll; returns True once everything it was given so far is
+#: stored (the loop then commits), False while it still buffers.
+Handler = Callable[[Sequence[tuple[RawMessage, Record]]], Awaitable[bool]]
 
 
 async def consume(
@@ -95,12 +97,16 @@ async def consume(
     stop: asyncio.Event | None = None,
     max_records: int = 5000,
     idle_timeout_s: float | None = None,
+    max_poll_interval_ms: int = 300_000,
+    on_stop: Callable[[], Awaitable[bool]] | None = None,
 ) -> None:
     """Consume until ``stop`` is set (or nothing arrives for ``idle_timeout_s``).
 
-    Each batch: decode (bad records are dead-lettered), hand good ones to ``handler``, flush
-    the dead-letter publisher, then commit. A crash anywhere before the commit means the
-    batch is re-delivered, so handlers must be idempotent: nothing is lost.
+    Each poll: decode (bad records are dead-lettered), hand good ones to ``handler`` (also
+    on empty polls, so a buffering handler can flush by age), and when it says everything is
+    stored, flush the dead-letter publisher and commit. A crash before the commit means the
+    records are delivered again, so handlers must be idempotent: nothing is lost. On a clean
+    stop ``on_stop`` gets a last chance to store what it buffered (True = commit).
     """
     from aiokafka import AIOKafkaConsumer
 
@@ -111,21 +117,18 @@ async def consume(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         metadata_max_age_ms=2000 if pattern else 300_000,
+        max_poll_interval_ms=max_poll_interval_ms,
     )
     if pattern:
         consumer.subscribe(pattern=pattern)
     await consumer.start()
     stop = stop or asyncio.Event()
-    idle_since = asyncio.get_running_loop().time()
+    loop = asyncio.get_running_loop()
+    idle_since = loop.time()
+    uncommitted = False
     try:
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=200, max_records=max_records)
-            now = asyncio.get_running_loop().time()
-            if not batches:
-                if idle_timeout_s is not None and now - idle_since > idle_timeout_s:
-                    return
-                continue
-            idle_since = now
             good: list[tuple[RawMessage, Record]] = []
             for messages in batches.values():
                 for m in messages:
@@ -133,8 +136,16 @@ async def consume(
                     record = await dead_letters.decode(raw)
                     if record is not None:
                         good.append((raw, record))
-            if good:
-                await handler(good)
+            uncommitted = uncommitted or bool(batches)
+            if await handler(good) and uncommitted:
+                await dead_letters.publisher.flush()
+                await consumer.commit()
+                uncommitted = False
+            if batches:
+                idle_since = loop.time()
+            elif idle_timeout_s is not None and loop.time() - idle_since > idle_timeout_s:
+                break
+        if on_stop is not None and await on_stop() and uncommitted:
             await dead_letters.publisher.flush()
             await consumer.commit()
     finally:

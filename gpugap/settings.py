@@ -75,6 +75,10 @@ class ClickHouseSettings(BaseSettings):
     user: str = "default"
     password: SecretStr | None = None
     password_file: Path | None = None
+    readonly_user: str = Field(default="reader", description="read-only user for BI tools")
+    readonly_password: SecretStr | None = Field(
+        default=None, description="enables the read-only user (the embedded endpoint)"
+    )
 
     @model_validator(mode="after")
     def _secret_file(self) -> Self:
@@ -101,6 +105,12 @@ class ServicesSettings(BaseSettings):
     kafka_controller_port: int = Field(default=9093, gt=0, lt=65536)
     kafka_heap: str = "512m"
     kafka_start_timeout_s: float = Field(default=90.0, gt=0)
+    clickhouse_path: Path | None = Field(
+        default=None,
+        description="embedded ClickHouse data directory (default: STATE_DIR/clickhouse)",
+    )
+    clickhouse_host: str = "127.0.0.1"
+    clickhouse_port: int = Field(default=8123, gt=0, lt=65536)
 
 
 class Settings(BaseSettings):

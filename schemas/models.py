@@ -112,6 +112,16 @@ class NodeSample(Record):
         return self
 
 
+def slurm_allocation_id(cluster: str, job_id: str) -> str:
+    """The id every part uses for a Slurm job's allocation."""
+    return f"slurm/{cluster}/{job_id}"
+
+
+def k8s_allocation_id(cluster: str, uid: str) -> str:
+    """The id every part uses for a Kubernetes pod's allocation."""
+    return f"k8s/{cluster}/{uid}"
+
+
 # --- scheduler events ---------------------------------------------------------------------
 
 
@@ -149,6 +159,10 @@ class SlurmJobEvent(Record):
     interactive: StrictBool = False
     workload_class: WorkloadClass | None = Field(default=None, description="explicit override")
 
+    @property
+    def allocation_id(self) -> str:
+        return slurm_allocation_id(self.cluster, self.job_id)
+
     @model_validator(mode="after")
     def _times_for_kind(self) -> Self:
         if self.kind is LifecycleKind.START and self.start_time is None:
@@ -184,6 +198,10 @@ class K8sPodEvent(Record):
     gang_id: Text | None = None
     gang_size: NonNegInt | None = None
     resource_version: Text | None = None
+
+    @property
+    def allocation_id(self) -> str:
+        return k8s_allocation_id(self.cluster, self.uid)
 
     @model_validator(mode="after")
     def _node_when_bound(self) -> Self:
@@ -224,8 +242,14 @@ class GpuMinute(Record):
     node: Name
     gpu_uuid: GpuUuid
     minute: UtcTime
-    allocated_s: StrictFloat = Field(ge=0.0, le=60.0)
+    allocated_s: StrictFloat = Field(ge=0.0, le=60.0, description="seconds the allocation held it")
     consumed_gpu_s: StrictFloat = Field(ge=0.0, le=60.0)
+    unallocated_s: StrictFloat = Field(
+        default=0.0,
+        ge=0.0,
+        le=60.0,
+        description="rows without allocation_id: seconds of the minute no allocation held it",
+    )
     activity_avg: Ratio | None = None
     activity_max: Ratio | None = None
     activity_metric: ActivityMetric | None = None

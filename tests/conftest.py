@@ -19,7 +19,7 @@ import pytest
 
 from gpugap.errors import GpugapError
 from gpugap.services.kafka import LocalKafka, broker_ready
-from gpugap.settings import KafkaSettings, ServicesSettings
+from gpugap.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -103,6 +103,70 @@ async def _delete_topics(bootstrap: str, prefix: str) -> None:
             await admin.delete_topics(mine)
     finally:
         await admin.close()
+
+
+# --- ClickHouse ------------------------------------------------------------------------------
+
+CLICKHOUSE_PASSWORD = "test-password-1"
+READER_PASSWORD = "reader-password-1"
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseSettings]:
+    """ClickHouse for the session: GPUGAP_CLICKHOUSE_URL (with GPUGAP_CLICKHOUSE_USER/PASSWORD),
+    else testcontainers when Docker answers, else the embedded endpoint on a free port."""
+    given = os.environ.get("GPUGAP_CLICKHOUSE_URL")
+    if given:
+        settings = ClickHouseSettings()
+        if not _clickhouse_answers(settings):
+            unavailable(f"GPUGAP_CLICKHOUSE_URL={given} does not answer")
+        yield settings
+        return
+    if docker_answers():
+        from testcontainers.community.clickhouse import ClickHouseContainer
+
+        with ClickHouseContainer("clickhouse/clickhouse-server:24.8", password=CLICKHOUSE_PASSWORD
+                                 ) as ch:
+            port = ch.get_exposed_port(8123)
+            yield ClickHouseSettings(url=f"http://{ch.get_container_host_ip()}:{port}",
+                                     user=ch.username, password=CLICKHOUSE_PASSWORD)
+        return
+    from gpugap.services.clickhouse.process import EmbeddedClickHouse
+    from gpugap.services.kafka import free_port
+
+    root = tmp_path_factory.mktemp("clickhouse")
+    server = EmbeddedClickHouse(root / "data", free_port(), env={
+        "GPUGAP_CLICKHOUSE_PASSWORD": CLICKHOUSE_PASSWORD,
+        "GPUGAP_CLICKHOUSE_READONLY_PASSWORD": READER_PASSWORD})
+    try:
+        server.start()
+    except GpugapError as exc:
+        unavailable(f"could not start the embedded ClickHouse endpoint: {exc}")
+    try:
+        yield ClickHouseSettings(url=server.url, password=CLICKHOUSE_PASSWORD)
+    finally:
+        server.stop()
+
+
+def _clickhouse_answers(settings: ClickHouseSettings) -> bool:
+    from gpugap.services.clickhouse.process import answers
+
+    return answers(settings.url)
+
+
+@pytest.fixture
+def clickhouse(clickhouse_server: ClickHouseSettings) -> Iterator[ClickHouseSettings]:
+    """A database of this test's own, with the migrations applied; dropped afterwards."""
+    from sinks.warehouse import connect, migrate
+
+    settings = clickhouse_server.model_copy(update={"database": f"t{uuid.uuid4().hex[:10]}"})
+    migrate(settings)
+    yield settings
+    admin = connect(settings, database=False)
+    try:
+        admin.command(f"DROP DATABASE IF EXISTS `{settings.database}`")
+    finally:
+        admin.close()
 
 
 def _children() -> set[int]:

@@ -26,10 +26,11 @@ async def _collect(
     got: list[tuple[RawMessage, Record]] = []
     stop = asyncio.Event()
 
-    async def handler(batch: Sequence[tuple[RawMessage, Record]]) -> None:
+    async def handler(batch: Sequence[tuple[RawMessage, Record]]) -> bool:
         got.extend(batch)
         if len(got) >= expected:
             stop.set()
+        return True
 
     async with KafkaPublisher(kafka) as dlq:
         await asyncio.wait_for(

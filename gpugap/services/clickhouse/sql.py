@@ -1,0 +1,118 @@
+"""Just enough SQL lexing for the HTTP layer: comments, quotes, statement boundaries, the
+leading keyword, a trailing FORMAT clause and where INSERT data starts. The engine parses the
+SQL itself; this only decides how a request is routed."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "EXISTS"})
+_FORMAT_AT_END = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9_]*)\s*;?\s*$", re.IGNORECASE)
+_INSERT_FORMAT = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9_]*)", re.IGNORECASE)
+
+
+def mask(sql: str) -> str:
+    """The same text with comments and quoted literals blanked out (same length), so regexes
+    and splits on it never match inside a string or a comment."""
+    out = list(sql)
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c in "'\"`":
+            j = i + 1
+            while j < n and sql[j] != c:
+                j += 2 if sql[j] == "\\" else 1
+            for k in range(i + 1, min(j, n)):
+                out[k] = " "
+            i = j + 1
+        elif sql.startswith("--", i) or c == "#":
+            j = sql.find("\n", i)
+            j = n if j < 0 else j
+            out[i:j] = " " * (j - i)
+            i = j
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out[i:j] = " " * (j - i)
+            i = j
+        else:
+            i += 1
+    return "".join(out)
+
+
+def first_keyword(sql: str) -> str:
+    m = re.match(r"\s*\(*\s*([A-Za-z]+)", mask(sql))
+    return m.group(1).upper() if m else ""
+
+
+def is_multi_statement(sql: str) -> bool:
+    """True if text follows a ';' (ClickHouse's HTTP interface runs one statement a request)."""
+    masked = mask(sql).rstrip().rstrip(";").rstrip()
+    return ";" in masked
+
+
+def trailing_format(sql: str) -> str | None:
+    m = _FORMAT_AT_END.search(mask(sql))
+    return m.group(1) if m else None
+
+
+def strip_trailing_semicolon(sql: str) -> str:
+    masked = mask(sql).rstrip()
+    if masked.endswith(";"):
+        return sql[: len(masked) - 1].rstrip()
+    return sql.rstrip()
+
+
+@dataclass(frozen=True)
+class InsertWithData:
+    statement: str  # 'INSERT INTO t (cols)' without the FORMAT clause
+    fmt: str
+    data: bytes  # everything after the format name's line
+
+
+def split_insert(text: bytes) -> InsertWithData | None:
+    """``INSERT ... FORMAT X\\n<data>`` in one body -> its parts; None for other statements
+    (``INSERT ... VALUES``/``SELECT`` run as plain queries)."""
+    head = text[:65536].decode("utf-8", errors="replace")
+    if first_keyword(head) != "INSERT":
+        return None
+    m = _INSERT_FORMAT.search(mask(head))
+    if m is None:
+        return None
+    # ClickHouse's rule: data starts after the first newline that follows the format name,
+    # or, if data follows on the same line, at its first non-blank byte.
+    pos = len(head[: m.end()].encode())
+    while pos < len(text) and text[pos : pos + 1] in (b" ", b"\t", b"\r"):
+        pos += 1
+    if text[pos : pos + 1] == b"\n":
+        pos += 1
+    return InsertWithData(head[: m.start()].strip(), m.group(1), text[pos:])
+
+
+def insert_statement(sql: str) -> tuple[str, str] | None:
+    """An INSERT whose data comes separately (query in the URL, data in the body):
+    (statement without FORMAT, format) or None."""
+    if first_keyword(sql) != "INSERT":
+        return None
+    m = _INSERT_FORMAT.search(mask(sql))
+    if m is None:
+        return None
+    return sql[: m.start()].strip(), m.group(1)
+
+
+def split_set(sql: str) -> list[tuple[str, str]]:
+    """``SET a = 1, b = 'x'`` -> [('a', '1'), ('b', "'x'")]."""
+    body = strip_trailing_semicolon(sql)
+    masked = mask(body)
+    m = re.match(r"\s*SET\s+", masked, re.IGNORECASE)
+    if m is None:
+        return []
+    pairs, start = [], m.end()
+    for end in [i for i, ch in enumerate(masked) if ch == "," and i > start] + [len(body)]:
+        part = body[start:end]
+        name, _, value = part.partition("=")
+        if name.strip():
+            pairs.append((name.strip(), value.strip() or "1"))
+        start = end + 1
+    return pairs

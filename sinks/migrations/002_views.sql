@@ -1,0 +1,116 @@
+-- The interface for reports and BI tools. All GPU figures are GPU-hours.
+
+-- Allocated vs consumed per hour and every dimension; group it by any of them.
+-- measured = allocated time with telemetry; the gap is measured - consumed (time without
+-- telemetry is reported as unmeasured, never as idle or consumed).
+CREATE OR REPLACE VIEW v_capacity_gap AS
+SELECT
+    hour, cluster, scheduler, workload_class, team, owner, allocation_id,
+    sum(allocated_s) / 3600 AS allocated_gpu_h,
+    sum(allocated_s - unmeasured_s) / 3600 AS measured_gpu_h,
+    sum(consumed_gpu_s) / 3600 AS consumed_gpu_h,
+    (sum(allocated_s - unmeasured_s) - sum(consumed_gpu_s)) / 3600 AS gap_gpu_h,
+    sum(unmeasured_s) / 3600 AS unmeasured_gpu_h,
+    sum(idle_minutes) / 60 AS idle_gpu_h
+FROM gpu_hours FINAL
+WHERE allocation_id != ''
+GROUP BY hour, cluster, scheduler, workload_class, team, owner, allocation_id;
+
+-- Allocation metadata, merged (correct before background merges).
+CREATE OR REPLACE VIEW v_allocations AS
+SELECT
+    cluster, allocation_id, any(scheduler) AS scheduler, any(name) AS name,
+    any(owner) AS owner, any(team) AS team, any(workload_class) AS workload_class,
+    any(partition) AS partition, any(qos) AS qos, any(gang_id) AS gang_id,
+    max(gang_size) AS gang_size, max(gpus_requested) AS gpus_requested,
+    groupUniqArrayArray(nodes) AS nodes, max(time_limit_s) AS time_limit_s,
+    min(submit_time) AS submit_time, min(start_time) AS start_time, max(end_time) AS end_time,
+    any(final_state) AS final_state, any(exit_code) AS exit_code,
+    max(interactive) AS interactive,
+    if(end_time IS NULL, NULL, dateDiff('millisecond', start_time, end_time) / 1000) AS elapsed_s
+FROM allocations
+GROUP BY cluster, allocation_id;
+
+-- Waste per allocation, largest absolute gap first (never ranked by percentage).
+CREATE OR REPLACE VIEW v_top_waste AS
+SELECT
+    g.cluster AS cluster, g.allocation_id AS allocation_id, g.scheduler AS scheduler,
+    g.workload_class AS workload_class, g.team AS team, g.owner AS owner,
+    a.name AS name, a.gpus_requested AS gpus_requested, a.final_state AS final_state,
+    g.first_hour AS first_hour, g.last_hour AS last_hour,
+    g.allocated_gpu_h AS allocated_gpu_h, g.consumed_gpu_h AS consumed_gpu_h,
+    g.gap_gpu_h AS gap_gpu_h, g.unmeasured_gpu_h AS unmeasured_gpu_h
+FROM
+(
+    SELECT cluster, allocation_id, any(scheduler) AS scheduler,
+        any(workload_class) AS workload_class, any(team) AS team, any(owner) AS owner,
+        min(hour) AS first_hour, max(hour) AS last_hour,
+        sum(allocated_gpu_h) AS allocated_gpu_h, sum(consumed_gpu_h) AS consumed_gpu_h,
+        sum(gap_gpu_h) AS gap_gpu_h, sum(unmeasured_gpu_h) AS unmeasured_gpu_h
+    FROM v_capacity_gap
+    GROUP BY cluster, allocation_id
+) AS g
+LEFT JOIN v_allocations AS a USING (cluster, allocation_id)
+ORDER BY gap_gpu_h DESC;
+
+-- Capacity nobody held, and activity on it (unattributed use: missing events, or work
+-- running outside the scheduler), per hour and node.
+CREATE OR REPLACE VIEW v_unallocated AS
+SELECT
+    hour, cluster, node,
+    sum(unallocated_s) / 3600 AS unallocated_gpu_h,
+    sum(consumed_gpu_s) / 3600 AS unattributed_gpu_h,
+    uniqExact(gpu_uuid) AS gpus
+FROM gpu_hours FINAL
+WHERE allocation_id = ''
+GROUP BY hour, cluster, node;
+
+CREATE OR REPLACE VIEW v_unattributed AS
+SELECT hour, cluster, node, gpu_uuid, sum(consumed_gpu_s) / 3600 AS unattributed_gpu_h
+FROM gpu_hours FINAL
+WHERE allocation_id = '' AND consumed_gpu_s > 0
+GROUP BY hour, cluster, node, gpu_uuid;
+
+-- Slurm time-limit padding of finished jobs: the limit against what the job used.
+CREATE OR REPLACE VIEW v_slurm_padding AS
+SELECT
+    cluster, allocation_id, name, owner AS user, team AS account, partition, gpus_requested,
+    time_limit_s, elapsed_s, final_state,
+    time_limit_s / greatest(elapsed_s, 1) AS limit_ratio,
+    gpus_requested * greatest(time_limit_s - elapsed_s, 0) / 3600 AS padding_gpu_h
+FROM v_allocations
+WHERE scheduler = 'slurm' AND end_time IS NOT NULL AND time_limit_s > 0
+    AND start_time IS NOT NULL;
+
+-- Allocations idle right now: every measured GPU-minute of the last 15 minutes of data
+-- below the idle threshold (0.05), and the allocation still present in the latest minute.
+CREATE OR REPLACE VIEW v_idle_now AS
+WITH (
+    SELECT max(minute) FROM gpu_minutes
+    WHERE minute >= (SELECT max(hour) FROM gpu_hours) - INTERVAL 1 HOUR
+) AS latest
+SELECT
+    cluster, allocation_id, any(scheduler) AS scheduler, any(workload_class) AS workload_class,
+    any(owner) AS owner, any(team) AS team, uniqExact(gpu_uuid) AS gpus,
+    min(minute) AS since, max(minute) AS last_minute,
+    sum(consumed_ms) / greatest(sum(allocated_ms), 1) AS activity,
+    sum(allocated_ms) / 3600000 AS allocated_gpu_h
+FROM gpu_minutes FINAL
+WHERE minute > latest - INTERVAL 15 MINUTE AND allocation_id != '' AND no_samples = 0
+GROUP BY cluster, allocation_id
+HAVING last_minute = latest AND max(consumed_ms / greatest(allocated_ms, 1)) < 0.05;
+
+-- Alerts: the latest state of each alert.
+CREATE OR REPLACE VIEW v_alerts AS
+SELECT alert_id, argMax(kind, time) AS kind, argMax(state, time) AS state,
+    min(opened_at) AS opened_at, max(resolved_at) AS resolved_at, max(time) AS updated_at,
+    argMax(cluster, time) AS cluster, argMax(scheduler, time) AS scheduler,
+    argMax(allocation_id, time) AS allocation_id, argMax(gang_id, time) AS gang_id,
+    argMax(owner, time) AS owner, argMax(team, time) AS team,
+    argMax(workload_class, time) AS workload_class, argMax(gpus, time) AS gpus,
+    max(idle_gpu_hours) AS idle_gpu_hours, argMax(message, time) AS message
+FROM alerts
+GROUP BY alert_id;
+
+CREATE OR REPLACE VIEW v_alerts_open AS
+SELECT * FROM v_alerts WHERE state != 'resolved';
