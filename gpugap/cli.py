@@ -138,6 +138,11 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.what == "warehouse":
+        from sinks.bench import main as warehouse_bench
+
+        rows = [int(float(r)) for r in args.rows.split(",")]
+        return warehouse_bench(rows, args.repeats, args.clickhouse)
     from gpugap.bench import main as bench_main
 
     return bench_main(args.what, samples=args.samples, repeats=args.repeats)
@@ -205,9 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
     prod.add_argument("--interval", type=float, help="seconds between ticks")
 
     bench = cmd("bench", _bench, "print codec and broker throughput figures")
-    bench.add_argument("what", nargs="?", choices=["codec", "kafka", "all"], default="all")
+    bench.add_argument(
+        "what", nargs="?", choices=["codec", "kafka", "warehouse", "all"], default="all"
+    )
     bench.add_argument("--samples", type=int, default=20_000, help="node samples per run")
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure (median)")
+    bench.add_argument("--rows", default="10e6,100e6",
+                       help="warehouse: GPU-minute row counts to measure views at")
+    bench.add_argument("--clickhouse", metavar="URL",
+                       help="warehouse: an existing ClickHouse instead of a throwaway endpoint")
     return p
 
 

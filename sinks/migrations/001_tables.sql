@@ -2,6 +2,7 @@
 -- scaled integers (milliseconds, basis points, deciwatts): exact to well under 0.01% of a
 -- GPU-minute and about 10 bytes a row on disk. Re-delivered rows share the sorting key, so
 -- ReplacingMergeTree keeps one; every view reads with FINAL, correct before merges too.
+-- The hour leads the key so "the last N minutes" reads a few granules, not the table.
 CREATE TABLE IF NOT EXISTS gpu_minutes
 (
     cluster LowCardinality(String),
@@ -27,7 +28,7 @@ CREATE TABLE IF NOT EXISTS gpu_minutes
 )
 ENGINE = ReplacingMergeTree(ingested_at)
 PARTITION BY toYYYYMM(minute)
-ORDER BY (toStartOfDay(minute), cluster, node, gpu_uuid, minute, allocation_id);
+ORDER BY (toStartOfHour(minute), cluster, node, gpu_uuid, minute, allocation_id);
 
 -- Hourly rollup, recomputed from gpu_minutes FINAL for every hour the sink touched: a
 -- recomputation replaces the row of the same key, so re-delivered minutes never count twice.

@@ -115,38 +115,73 @@ class Engine:
             finally:
                 self._reset(database, applied)
 
-    def insert(
+    def begin_insert(
         self,
         statement: str,
         fmt: str,
-        chunks: list[bytes],
         *,
         database: str | None = None,
         settings: Mapping[str, str] | None = None,
-    ) -> Outcome:
-        """``INSERT INTO t (cols)`` + data in ``fmt``: all of it lands or none of it is acked."""
-        started = time.perf_counter()
-        with self._lock:
+    ) -> Insert:
+        """Start ``INSERT INTO t (cols)`` with data in ``fmt``; holds the engine until the
+        returned Insert is finished or cancelled (from any thread)."""
+        self._lock.acquire()
+        try:
             applied = self._with_context(database, settings or {})
             try:
-                try:
-                    inserter = self._conn.send_insert(statement, fmt)
-                except Exception as exc:
-                    raise EngineError(str(exc).removeprefix("Streaming insert ")) from None
-                try:
-                    for chunk in chunks:
-                        inserter.append(chunk)
-                    result = inserter.finish()
-                except Exception as exc:
-                    inserter.cancel()
-                    raise EngineError(_strip_wrapper(str(exc))) from None
-            finally:
+                inserter = self._conn.send_insert(statement, fmt)
+            except Exception as exc:
                 self._reset(database, applied)
+                raise EngineError(_strip_wrapper(str(exc))) from None
+        except BaseException:
+            self._lock.release()
+            raise
+        return Insert(self, inserter, database, applied)
+
+
+class Insert:
+    """One streaming INSERT: append chunks, then finish (all rows land) or cancel (none)."""
+
+    def __init__(
+        self, engine: Engine, inserter: Any, database: str | None, applied: list[str]
+    ) -> None:
+        self._engine, self._inserter = engine, inserter
+        self._database, self._applied = database, applied
+        self._started = time.perf_counter()
+        self._open = True
+
+    def append(self, chunk: bytes) -> None:
+        try:
+            self._inserter.append(chunk)
+        except Exception as exc:
+            raise EngineError(_strip_wrapper(str(exc))) from None
+
+    def finish(self) -> Outcome:
+        try:
+            result = self._inserter.finish()
+        except Exception as exc:
+            raise EngineError(_strip_wrapper(str(exc))) from None
+        finally:
+            self._release()
         return Outcome(
             rows_written=result.rows_written,
             bytes_written=result.bytes_written,
-            elapsed_s=time.perf_counter() - started,
+            elapsed_s=time.perf_counter() - self._started,
         )
+
+    def cancel(self) -> None:
+        try:
+            self._inserter.cancel()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._open:
+            self._open = False
+            try:
+                self._engine._reset(self._database, self._applied)
+            finally:
+                self._engine._lock.release()
 
 
 def _strip_wrapper(message: str) -> str:

@@ -15,8 +15,14 @@ from gpugap.errors import ServiceError
 
 
 class EmbeddedClickHouse:
-    def __init__(self, path: Path, port: int, host: str = "127.0.0.1",
-                 env: dict[str, str] | None = None, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        port: int,
+        host: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+    ) -> None:
         self.path, self.port, self.host = path, port, host
         self.env = {**os.environ, **(env or {})}
         self.log = log or path.parent / f"{path.name}.log"
@@ -29,14 +35,31 @@ class EmbeddedClickHouse:
     def start(self, timeout_s: float = 60.0) -> None:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gpugap", "clickhouse", "serve", "--path", str(self.path),
-                 "--host", self.host, "--port", str(self.port)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
+                [
+                    sys.executable,
+                    "-m",
+                    "gpugap",
+                    "clickhouse",
+                    "serve",
+                    "--path",
+                    str(self.path),
+                    "--host",
+                    self.host,
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServiceError(f"the ClickHouse endpoint exited with {self.proc.returncode}:\n"
-                                   + self.log.read_text(errors="replace")[-2000:])
+                raise ServiceError(
+                    f"the ClickHouse endpoint exited with {self.proc.returncode}:\n"
+                    + self.log.read_text(errors="replace")[-2000:]
+                )
             if answers(self.url):
                 return
             time.sleep(0.2)

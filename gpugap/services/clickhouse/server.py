@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hmac
 import json
 import logging
 import signal
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import cramjam
+import lz4.frame
 from aiohttp import web
 
+from . import body
 from . import sql as q
 from .engine import Engine, EngineError, Outcome
 
@@ -59,12 +62,12 @@ CONTENT_TYPES = {
     "CSV": "text/csv; charset=UTF-8",
     "CSVWithNames": "text/csv; charset=UTF-8",
 }
-ENCODERS = {
-    "gzip": cramjam.gzip,
-    "deflate": cramjam.zlib,
-    "br": cramjam.brotli,
-    "zstd": cramjam.zstd,
-    "lz4": cramjam.lz4,
+ENCODERS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": lambda b: bytes(cramjam.gzip.compress(b)),
+    "deflate": lambda b: bytes(cramjam.zlib.compress(b)),
+    "br": lambda b: bytes(cramjam.brotli.compress(b)),
+    "zstd": lambda b: bytes(cramjam.zstd.compress(b)),
+    "lz4": lz4.frame.compress,  # several times faster than cramjam's lz4 here
 }
 HTTP_STATUS = {  # ClickHouse's own mapping of exception codes to HTTP statuses
     194: 401,
@@ -117,10 +120,9 @@ class Endpoint:
             if request.path not in ("/", "/query"):
                 raise EngineError(f"There is no handle {request.path}", 36, "BAD_ARGUMENTS")
             user = self._authenticate(request)
-            body = await self._body(request)
-            if request.method == "GET" and not request.query.get("query") and not body:
+            if request.method == "GET" and not request.query.get("query"):
                 return web.Response(text="Ok.\n")
-            outcome, fmt = await self._execute(request, user, body)
+            outcome, fmt = await self._execute(request, user)
         except EngineError as exc:
             return self._error(exc, query_id)
         return self._respond(request, outcome, fmt, query_id)
@@ -147,24 +149,7 @@ class Endpoint:
             )
         return user
 
-    async def _body(self, request: web.Request) -> bytes:
-        raw = await request.read()
-        encoding = request.headers.get("Content-Encoding", "").strip().lower()
-        if not encoding or encoding == "identity" or not raw:
-            return raw
-        codec = ENCODERS.get(encoding)
-        if codec is None:
-            raise EngineError(f"Unknown HTTP content encoding: {encoding}", 48, "NOT_IMPLEMENTED")
-        try:
-            return bytes(codec.decompress(raw))
-        except Exception as exc:
-            raise EngineError(
-                f"Cannot decompress {encoding} request body: {exc}", 432, "UNKNOWN_CODEC"
-            ) from None
-
-    async def _execute(
-        self, request: web.Request, user: User, body: bytes
-    ) -> tuple[Outcome, str | None]:
+    async def _execute(self, request: web.Request, user: User) -> tuple[Outcome, str | None]:
         params = request.query
         if params.get("decompress") in ("1", "true"):
             raise EngineError(
@@ -187,34 +172,30 @@ class Endpoint:
         readonly = user.readonly or request.method == "GET" or params.get("readonly", "0") != "0"
         loop = asyncio.get_running_loop()
         url_query = params.get("query", "")
+        stream = body.chunks(request)
 
-        insert = q.insert_statement(url_query) if url_query and body else None
+        insert = q.insert_statement(url_query) if url_query else None
         if insert is not None:  # query in the URL, data in the body
             self._check(url_query, readonly)
-            statement, fmt = insert
-            out = await loop.run_in_executor(
-                None,
-                lambda: self.engine.insert(
-                    statement, fmt, [body], database=database, settings=settings
-                ),
+            out = await self._insert(
+                insert[0], insert[1], b"", rest=stream, database=database, settings=settings
             )
             return out, None
-        if not url_query:
-            inline = q.split_insert(body)
-            if inline is not None:
-                self._check(inline.statement, readonly)
-                out = await loop.run_in_executor(
-                    None,
-                    lambda: self.engine.insert(
-                        inline.statement,
-                        inline.fmt,
-                        [inline.data],
-                        database=database,
-                        settings=settings,
-                    ),
-                )
-                return out, None
-        text = f"{url_query}\n{body.decode()}" if url_query and body else url_query or body.decode()
+        first = await body.head(stream)
+        inline = None if url_query else q.split_insert(first)
+        if inline is not None:  # 'INSERT ... FORMAT X' then the data, in the body
+            self._check(inline.statement, readonly)
+            out = await self._insert(
+                inline.statement,
+                inline.fmt,
+                inline.data,
+                rest=stream,
+                database=database,
+                settings=settings,
+            )
+            return out, None
+        data = first + b"".join([c async for c in stream])
+        text = f"{url_query}\n{data.decode()}" if url_query and data else url_query or data.decode()
         self._check(text, readonly)
         if q.first_keyword(text) == "SET":
             await loop.run_in_executor(None, lambda: self._set(text, session))
@@ -232,6 +213,42 @@ class Endpoint:
         )
         returns_rows = q.first_keyword(text) in q.READ_KEYWORDS
         return out, out_fmt if returns_rows else None
+
+    async def _insert(
+        self,
+        statement: str,
+        fmt: str,
+        first: bytes,
+        *,
+        rest: AsyncIterator[bytes],
+        database: str | None,
+        settings: Mapping[str, str],
+    ) -> Outcome:
+        """Stream the data into the engine while it arrives: the next chunk is read and
+        decompressed while the engine parses the previous one."""
+        loop = asyncio.get_running_loop()
+        ins = await loop.run_in_executor(
+            None,
+            lambda: self.engine.begin_insert(statement, fmt, database=database, settings=settings),
+        )
+        pending: asyncio.Future[None] | None = None
+        try:
+            if first:
+                pending = loop.run_in_executor(None, ins.append, first)
+            async for chunk in rest:
+                if pending is not None:
+                    await pending
+                pending = loop.run_in_executor(None, ins.append, chunk)
+            if pending is not None:
+                await pending
+                pending = None
+            return await loop.run_in_executor(None, ins.finish)
+        except BaseException:
+            if pending is not None:
+                with contextlib.suppress(BaseException):
+                    await pending
+            await loop.run_in_executor(None, ins.cancel)
+            raise
 
     @staticmethod
     def _check(text: str, readonly: bool) -> None:
@@ -291,7 +308,7 @@ class Endpoint:
             ]
             chosen = next((e for e in accepted if e in ENCODERS), None)
             if chosen:
-                data = bytes(ENCODERS[chosen].compress(data))
+                data = ENCODERS[chosen](data)
                 headers["Content-Encoding"] = chosen
         return _response(data, headers, content_type)
 

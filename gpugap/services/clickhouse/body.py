@@ -1,0 +1,71 @@
+"""Request bodies as a stream of decompressed chunks, so a large INSERT is parsed by the
+engine while it is still arriving instead of after it was buffered and decompressed whole."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import cramjam
+from aiohttp import web
+
+from .engine import EngineError
+
+CHUNK = 1 << 20
+# whole-body codecs: fine for the sizes that use them (clickhouse-connect defaults to lz4)
+WHOLE = {"br": cramjam.brotli, "zstd": cramjam.zstd}
+
+
+def _streaming(encoding: str) -> Any:
+    if encoding == "lz4":
+        import lz4.frame
+
+        return lz4.frame.LZ4FrameDecompressor()
+    if encoding == "gzip":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompressobj()
+    return None
+
+
+async def chunks(request: web.Request) -> AsyncIterator[bytes]:
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    raw = request.content.iter_chunked(CHUNK)
+    if not encoding or encoding == "identity":
+        async for chunk in raw:
+            yield chunk
+        return
+    try:
+        if encoding in WHOLE:
+            data = b"".join([c async for c in raw])
+            if data:
+                yield bytes(WHOLE[encoding].decompress(data))
+            return
+        decoder = _streaming(encoding)
+        if decoder is None:
+            raise EngineError(f"Unknown HTTP content encoding: {encoding}", 48, "NOT_IMPLEMENTED")
+        async for chunk in raw:
+            out = decoder.decompress(chunk)
+            if out:
+                yield out
+        tail = decoder.flush() if hasattr(decoder, "flush") else b""
+        if tail:
+            yield tail
+    except EngineError:
+        raise
+    except Exception as exc:
+        raise EngineError(
+            f"Cannot decompress {encoding} request body: {exc}", 432, "UNKNOWN_CODEC"
+        ) from None
+
+
+async def head(stream: AsyncIterator[bytes], limit: int = 65536) -> bytes:
+    """At least ``limit`` bytes from the stream (all of it if shorter)."""
+    buf = bytearray()
+    while len(buf) < limit:
+        try:
+            buf += await anext(stream)
+        except StopAsyncIteration:
+            break
+    return bytes(buf)
