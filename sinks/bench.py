@@ -13,7 +13,7 @@ from typing import Any
 
 from gpugap.settings import ClickHouseSettings
 
-from .clickhouse import ROLLUP
+from .clickhouse import DAILY, ROLLUP
 from .warehouse import connect, migrate, migrations
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -57,12 +57,14 @@ GENERATE = "INSERT INTO gpu_minutes " + SYNTHETIC
 
 VIEWS = {
     "gap by class, all time": "SELECT workload_class, sum(allocated_gpu_h), sum(consumed_gpu_h), "
-    "sum(gap_gpu_h) FROM v_capacity_gap GROUP BY workload_class",
+    "sum(gap_gpu_h) FROM v_capacity_gap_daily GROUP BY workload_class",
     "gap by team, last 7 days": "SELECT team, sum(allocated_gpu_h), sum(gap_gpu_h) "
-    "FROM v_capacity_gap WHERE hour >= {since:DateTime} GROUP BY team",
+    "FROM v_capacity_gap_daily WHERE day >= toDate({since:DateTime}) GROUP BY team",
+    "gap by class, last 24 h (hourly)": "SELECT workload_class, sum(gap_gpu_h) "
+    "FROM v_capacity_gap WHERE hour >= {since:DateTime} + INTERVAL 6 DAY GROUP BY workload_class",
     "top 10 allocations by waste": "SELECT allocation_id, owner, gap_gpu_h FROM v_top_waste "
     "LIMIT 10",
-    "top 10 owners by waste": "SELECT owner, sum(gap_gpu_h) AS g FROM v_capacity_gap "
+    "top 10 owners by waste": "SELECT owner, sum(gap_gpu_h) AS g FROM v_capacity_gap_daily "
     "GROUP BY owner ORDER BY g DESC LIMIT 10",
     "unallocated capacity": "SELECT sum(unallocated_gpu_h), sum(unattributed_gpu_h) "
     "FROM v_unallocated",
@@ -115,24 +117,28 @@ def insert_throughput(client: Any, rows: int, repeats: int) -> tuple[float, floa
     return statistics.median(endpoint), statistics.median(direct)
 
 
-def load(client: Any, rows: int, gpus: int = 1000, chunk: int = 20_000_000) -> None:
-    done = 0
-    while done < rows:
-        n = min(chunk, rows - done)
+def load(client: Any, first: int, rows: int, gpus: int = 1000, chunk: int = 20_000_000) -> None:
+    """Rows ``first`` .. ``first + rows`` of the synthetic estate, then their rollups."""
+    done = first
+    while done < first + rows:
+        n = min(chunk, first + rows - done)
         t = time.perf_counter()
         client.command(
             GENERATE,
             parameters={"gpus": gpus, "first_minute": done // gpus, "start": START, "rows": n},
         )
         done += n
-        _say(f"  generated {done:,}/{rows:,} GPU-minutes ({n / (time.perf_counter() - t):,.0f}/s)")
-    minutes = rows // gpus
-    end = START + timedelta(minutes=minutes + 60)
-    day = START
+        rate = n / (time.perf_counter() - t)
+        _say(f"  generated {done:,}/{first + rows:,} GPU-minutes ({rate:,.0f}/s)")
+    end = START + timedelta(minutes=done // gpus + 60)
+    day = (START + timedelta(minutes=first // gpus)).replace(hour=0, minute=0)
     while day < end:
         client.command(ROLLUP, parameters={"start": day, "end": day + timedelta(days=7)})
+        client.command(DAILY, parameters={"start": day, "end": day + timedelta(days=7)})
         day += timedelta(days=7)
         _say(f"  rolled up to {min(day, end):%Y-%m-%d}")
+    if first:
+        return
     client.command(
         "INSERT INTO allocations (cluster, allocation_id, scheduler, owner, team, gpus_requested,"
         " time_limit_s, start_time, end_time, final_state) SELECT 'c1', concat('slurm/c1/', "
@@ -194,7 +200,7 @@ def main(row_counts: list[int], repeats: int, url: str | None) -> int:
             loaded = 0
             for target in sorted(row_counts):
                 _say(f"loading {target:,} rows...")
-                load(client, target - loaded)
+                load(client, loaded, target - loaded)
                 loaded = target
                 minutes = loaded // 1000
                 since = START + timedelta(minutes=minutes) - timedelta(days=7)

@@ -116,6 +116,17 @@ GROUP BY hour, cluster, node, gpu_uuid, allocation_id
 """
 
 
+DAILY = """
+INSERT INTO gpu_days
+SELECT toDate(hour) AS day, cluster, node, allocation_id, any(scheduler), any(workload_class),
+    any(owner), any(team), any(gang_id), uniqExact(gpu_uuid), sum(allocated_s),
+    sum(unmeasured_s), sum(unallocated_s), sum(consumed_gpu_s), sum(idle_minutes), now64(3)
+FROM gpu_hours FINAL
+WHERE hour >= {start:DateTime} AND hour < {end:DateTime}
+GROUP BY day, cluster, node, allocation_id
+"""
+
+
 def _ms(seconds: float) -> int:
     return min(round(seconds * 1000), 60_000)
 
@@ -313,27 +324,40 @@ class ClickHouseSink(BatchingSink):
         try:
             for start, end in _ranges(hours):
                 self._client.command(ROLLUP, parameters={"start": start, "end": end})
+            days = sorted({h.replace(hour=0) for h in hours})
+            for start, end in _ranges(days, step=timedelta(days=1)):
+                self._client.command(DAILY, parameters={"start": start, "end": end})
         except Exception as exc:
             self._dirty_hours.update(hours)
             raise as_gpugap_error(exc, self.settings.url) from exc
         self._last_rollup = time.monotonic()
 
     def _stale_hours(self) -> set[datetime]:
-        result = self._client.query(
+        """Hours (and days) whose rollup is older than the rows under it: work a crash cut
+        short after offsets were committed."""
+        hours = self._client.query(
             "SELECT m.hour FROM (SELECT toStartOfHour(minute) AS hour, max(ingested_at) AS t "
             "FROM gpu_minutes GROUP BY hour) AS m LEFT JOIN (SELECT hour, max(version) AS v "
             "FROM gpu_hours GROUP BY hour) AS h USING (hour) WHERE h.v < m.t OR h.v IS NULL "
             "SETTINGS join_use_nulls = 1"
-        )
-        return {row[0].replace(tzinfo=UTC) for row in result.result_rows}
+        ).result_rows
+        days = self._client.query(
+            "SELECT toDateTime(h.day) FROM (SELECT toDate(hour) AS day, max(version) AS t "
+            "FROM gpu_hours GROUP BY day) AS h LEFT JOIN (SELECT day, max(version) AS v "
+            "FROM gpu_days GROUP BY day) AS d USING (day) WHERE d.v < h.t OR d.v IS NULL "
+            "SETTINGS join_use_nulls = 1"
+        ).result_rows
+        return {row[0].replace(tzinfo=UTC) for row in hours + days}
 
 
-def _ranges(hours: list[datetime]) -> list[tuple[datetime, datetime]]:
-    """Consecutive hours merged into [start, end) ranges, so a backlog is one statement."""
+def _ranges(
+    starts: list[datetime], step: timedelta = timedelta(hours=1)
+) -> list[tuple[datetime, datetime]]:
+    """Consecutive periods merged into [start, end) ranges, so a backlog is one statement."""
     out: list[tuple[datetime, datetime]] = []
-    for h in hours:
+    for h in starts:
         if out and out[-1][1] == h:
-            out[-1] = (out[-1][0], h + timedelta(hours=1))
+            out[-1] = (out[-1][0], h + step)
         else:
-            out.append((h, h + timedelta(hours=1)))
+            out.append((h, h + step))
     return out

@@ -57,6 +57,31 @@ ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYYYYMM(hour)
 ORDER BY (hour, cluster, node, gpu_uuid, allocation_id);
 
+-- Daily rollup per node and allocation, recomputed from gpu_hours FINAL for every day the
+-- sink touched (same replace-on-recompute rule): what the report and "all time" questions
+-- read, a few hundred rows a day instead of a row per GPU-hour.
+CREATE TABLE IF NOT EXISTS gpu_days
+(
+    day Date,
+    cluster LowCardinality(String),
+    node LowCardinality(String),
+    allocation_id String,
+    scheduler LowCardinality(String),
+    workload_class LowCardinality(String),
+    owner LowCardinality(String),
+    team LowCardinality(String),
+    gang_id String,
+    gpus UInt32,
+    allocated_s Float64,
+    unmeasured_s Float64,
+    unallocated_s Float64,
+    consumed_gpu_s Float64,
+    idle_minutes UInt32,
+    version DateTime64(3, 'UTC')
+)
+ENGINE = ReplacingMergeTree(version)
+ORDER BY (day, cluster, node, allocation_id);
+
 -- Allocation metadata from Slurm job and Kubernetes pod events. Every column is an
 -- idempotent aggregate (min/max/any), so duplicate and re-delivered events change nothing.
 CREATE TABLE IF NOT EXISTS allocations

@@ -26,45 +26,59 @@ SELECT
     if(end_time IS NULL, NULL, dateDiff('millisecond', start_time, end_time) / 1000) AS elapsed_s
 FROM allocations FINAL;
 
+-- The same per day, from the daily rollup: what reports and "all time" questions read.
+CREATE OR REPLACE VIEW v_capacity_gap_daily AS
+SELECT
+    day, cluster, scheduler, workload_class, team, owner, allocation_id,
+    sum(allocated_s) / 3600 AS allocated_gpu_h,
+    sum(allocated_s - unmeasured_s) / 3600 AS measured_gpu_h,
+    sum(consumed_gpu_s) / 3600 AS consumed_gpu_h,
+    (sum(allocated_s - unmeasured_s) - sum(consumed_gpu_s)) / 3600 AS gap_gpu_h,
+    sum(unmeasured_s) / 3600 AS unmeasured_gpu_h,
+    sum(idle_minutes) / 60 AS idle_gpu_h
+FROM gpu_days FINAL
+WHERE allocation_id != ''
+GROUP BY day, cluster, scheduler, workload_class, team, owner, allocation_id;
+
 -- Waste per allocation, largest absolute gap first (never ranked by percentage).
 CREATE OR REPLACE VIEW v_top_waste AS
 SELECT
     g.cluster AS cluster, g.allocation_id AS allocation_id, g.scheduler AS scheduler,
     g.workload_class AS workload_class, g.team AS team, g.owner AS owner,
     a.name AS name, a.gpus_requested AS gpus_requested, a.final_state AS final_state,
-    g.first_hour AS first_hour, g.last_hour AS last_hour,
+    g.first_day AS first_day, g.last_day AS last_day,
     g.allocated_gpu_h AS allocated_gpu_h, g.consumed_gpu_h AS consumed_gpu_h,
     g.gap_gpu_h AS gap_gpu_h, g.unmeasured_gpu_h AS unmeasured_gpu_h
 FROM
 (
     SELECT cluster, allocation_id, any(scheduler) AS scheduler,
         any(workload_class) AS workload_class, any(team) AS team, any(owner) AS owner,
-        min(hour) AS first_hour, max(hour) AS last_hour,
+        min(day) AS first_day, max(day) AS last_day,
         sum(allocated_gpu_h) AS allocated_gpu_h, sum(consumed_gpu_h) AS consumed_gpu_h,
         sum(gap_gpu_h) AS gap_gpu_h, sum(unmeasured_gpu_h) AS unmeasured_gpu_h
-    FROM v_capacity_gap
+    FROM v_capacity_gap_daily
     GROUP BY cluster, allocation_id
 ) AS g
 LEFT JOIN v_allocations AS a USING (cluster, allocation_id)
 ORDER BY gap_gpu_h DESC;
 
 -- Capacity nobody held, and activity on it (unattributed use: missing events, or work
--- running outside the scheduler), per hour and node.
+-- running outside the scheduler), per day and node; per GPU-hour in gpu_hours.
 CREATE OR REPLACE VIEW v_unallocated AS
 SELECT
-    hour, cluster, node,
+    day, cluster, node,
     sum(unallocated_s) / 3600 AS unallocated_gpu_h,
     sum(consumed_gpu_s) / 3600 AS unattributed_gpu_h,
-    uniqExact(gpu_uuid) AS gpus
-FROM gpu_hours FINAL
+    max(gpus) AS gpus
+FROM gpu_days FINAL
 WHERE allocation_id = ''
-GROUP BY hour, cluster, node;
+GROUP BY day, cluster, node;
 
 CREATE OR REPLACE VIEW v_unattributed AS
-SELECT hour, cluster, node, gpu_uuid, sum(consumed_gpu_s) / 3600 AS unattributed_gpu_h
-FROM gpu_hours FINAL
+SELECT day, cluster, node, sum(consumed_gpu_s) / 3600 AS unattributed_gpu_h
+FROM gpu_days FINAL
 WHERE allocation_id = '' AND consumed_gpu_s > 0
-GROUP BY hour, cluster, node, gpu_uuid;
+GROUP BY day, cluster, node;
 
 -- Slurm time-limit padding of finished jobs: the limit against what the job used.
 CREATE OR REPLACE VIEW v_slurm_padding AS

@@ -42,13 +42,19 @@ def minute_bytes(i: int) -> tuple[bytes, bytes]:
     node = f"n{g // 8:03d}"
     minute = (START + timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
     allocated = (i * 7919) % 60_001 / 1000
-    alloc = f'"allocation_id":"slurm/c1/{g // 8}","scheduler":"slurm","workload_class":"batch",' \
-            f'"owner":"u{g % 5}","team":"t{g % 3}",' if i % 10 else ""
-    value = (f'{{"cluster":"c1","node":"{node}","gpu_uuid":"{UUIDS[g]}","minute":"{minute}",'
-             f'"allocated_s":{allocated if alloc else 0.0},"consumed_gpu_s":'
-             f'{allocated / 2 if alloc else 0.5},"unallocated_s":{0.0 if alloc else 60.0},'
-             f'{alloc}"sample_count":6,"no_samples":false,"activity_max":0.9,'
-             f'"activity_metric":"sm_active","power_w_avg":312.5}}')
+    alloc = (
+        f'"allocation_id":"slurm/c1/{g // 8}","scheduler":"slurm","workload_class":"batch",'
+        f'"owner":"u{g % 5}","team":"t{g % 3}",'
+        if i % 10
+        else ""
+    )
+    value = (
+        f'{{"cluster":"c1","node":"{node}","gpu_uuid":"{UUIDS[g]}","minute":"{minute}",'
+        f'"allocated_s":{allocated if alloc else 0.0},"consumed_gpu_s":'
+        f'{allocated / 2 if alloc else 0.5},"unallocated_s":{0.0 if alloc else 60.0},'
+        f'{alloc}"sample_count":6,"no_samples":false,"activity_max":0.9,'
+        f'"activity_metric":"sm_active","power_w_avg":312.5}}'
+    )
     return f"c1/{node}".encode(), value.encode()
 
 
@@ -76,54 +82,73 @@ async def produce_minutes(kafka: KafkaSettings, n: int, first: int = 0) -> None:
 def totals(settings: ClickHouseSettings) -> tuple[int, int, int]:
     c = connect(settings)
     try:
-        row = c.query("SELECT count(), sum(allocated_ms), sum(consumed_ms) FROM gpu_minutes FINAL"
-                      ).result_rows[0]
+        row = c.query(
+            "SELECT count(), sum(allocated_ms), sum(consumed_ms) FROM gpu_minutes FINAL"
+        ).result_rows[0]
         return int(row[0]), int(row[1]), int(row[2])
     finally:
         c.close()
 
 
-async def run_sink(kafka: KafkaSettings, ch: ClickHouseSettings, idle_s: float = 6.0,
-                   **batching: float) -> ClickHouseSink:
+async def run_sink(
+    kafka: KafkaSettings, ch: ClickHouseSettings, idle_s: float = 6.0, **batching: float
+) -> ClickHouseSink:
     sink = ClickHouseSink(ch, rollup_interval_s=0, **batching)  # type: ignore[arg-type]
     async with KafkaPublisher(kafka) as dlq:
-        await sink.run(kafka, DeadLetters(dlq, "sink-test", kafka.topic_prefix),
-                       idle_timeout_s=idle_s)
+        await sink.run(
+            kafka, DeadLetters(dlq, "sink-test", kafka.topic_prefix), idle_timeout_s=idle_s
+        )
     return sink
 
 
 @pytest.fixture
 def topics(kafka: KafkaSettings) -> KafkaSettings:
-    asyncio.run(create_topics(kafka, [MINUTES.name, SLURM_JOBS.name, K8S_PODS.name, ALERTS.name,
-                                      DEAD_LETTER.name], partitions=2))
+    asyncio.run(
+        create_topics(
+            kafka,
+            [MINUTES.name, SLURM_JOBS.name, K8S_PODS.name, ALERTS.name, DEAD_LETTER.name],
+            partitions=2,
+        )
+    )
     return kafka
 
 
-def test_a_million_minutes_become_exactly_a_million_rows(topics: KafkaSettings,
-                                                         clickhouse: ClickHouseSettings) -> None:
+def test_a_million_minutes_become_exactly_a_million_rows(
+    topics: KafkaSettings, clickhouse: ClickHouseSettings
+) -> None:
     n = 1_000_000
     asyncio.run(produce_minutes(topics, n))
     sink = asyncio.run(run_sink(topics, clickhouse))
     assert sink.stored == n
     assert totals(clickhouse) == expected(n)
     c = connect(clickhouse)
-    try:  # the rollup and the views agree with the rows, to the millisecond
-        gap = c.query("SELECT sum(allocated_gpu_h), sum(consumed_gpu_h) FROM v_capacity_gap"
-                      ).result_rows[0]
-        unalloc = c.query("SELECT sum(unallocated_gpu_h), sum(unattributed_gpu_h) "
-                          "FROM v_unallocated").result_rows[0]
+    try:  # both rollups and the views agree with the rows, to the millisecond
+        hourly = c.query(
+            "SELECT sum(allocated_gpu_h), sum(consumed_gpu_h) FROM v_capacity_gap"
+        ).result_rows[0]
+        daily = c.query(
+            "SELECT sum(allocated_gpu_h), sum(consumed_gpu_h) FROM v_capacity_gap_daily"
+        ).result_rows[0]
+        unalloc = c.query(
+            "SELECT sum(unallocated_gpu_h), sum(unattributed_gpu_h) FROM v_unallocated"
+        ).result_rows[0]
+        top = c.query("SELECT sum(gap_gpu_h), count() FROM v_top_waste").result_rows[0]
     finally:
         c.close()
     _, alloc_ms, consumed_ms = expected(n)
     unattributed_ms = 500 * (n // 10)
-    assert gap[0] * 3_600_000 == pytest.approx(alloc_ms, abs=1)
-    assert gap[1] * 3_600_000 == pytest.approx(consumed_ms - unattributed_ms, abs=1)
+    for gap in (hourly, daily):
+        assert gap[0] * 3_600_000 == pytest.approx(alloc_ms, abs=1)
+        assert gap[1] * 3_600_000 == pytest.approx(consumed_ms - unattributed_ms, abs=1)
+    assert top[0] * 3_600_000 == pytest.approx(alloc_ms - consumed_ms + unattributed_ms, abs=1)
+    assert top[1] == GPUS // 8  # one allocation per node
     assert unalloc[0] * 3600 == pytest.approx(60 * n / 10, abs=1e-3)
     assert unalloc[1] * 3_600_000 == pytest.approx(unattributed_ms, abs=1)
 
 
-def test_clickhouse_down_for_30s_loses_and_doubles_nothing(topics: KafkaSettings,
-                                                           tmp_path: Path) -> None:
+def test_clickhouse_down_for_30s_loses_and_doubles_nothing(
+    topics: KafkaSettings, tmp_path: Path
+) -> None:
     server = EmbeddedClickHouse(tmp_path / "ch", free_port())
     server.start()
     ch = ClickHouseSettings(url=server.url, database="gpugap")
@@ -132,8 +157,9 @@ def test_clickhouse_down_for_30s_loses_and_doubles_nothing(topics: KafkaSettings
 
     async def scenario() -> ClickHouseSink:
         await produce_minutes(topics, n)
-        task = asyncio.create_task(run_sink(topics, ch, idle_s=10, max_records=5_000,
-                                            max_age_s=0.2))
+        task = asyncio.create_task(
+            run_sink(topics, ch, idle_s=10, max_records=5_000, max_age_s=0.2)
+        )
         while await asyncio.to_thread(lambda: totals(ch)[0]) < 20_000:
             await asyncio.sleep(0.2)
         await asyncio.to_thread(server.stop)
@@ -152,17 +178,32 @@ def test_clickhouse_down_for_30s_loses_and_doubles_nothing(topics: KafkaSettings
         server.stop()
 
 
-def test_sink_killed_mid_batch_and_restarted_keeps_totals(topics: KafkaSettings,
-                                                          clickhouse: ClickHouseSettings) -> None:
+def test_sink_killed_mid_batch_and_restarted_keeps_totals(
+    topics: KafkaSettings, clickhouse: ClickHouseSettings
+) -> None:
     n = 200_000
     asyncio.run(produce_minutes(topics, n))
-    env = {**os.environ, "GPUGAP_KAFKA_BOOTSTRAP": topics.bootstrap,
-           "GPUGAP_KAFKA_TOPIC_PREFIX": topics.topic_prefix, "GPUGAP_CLICKHOUSE_URL": clickhouse.url,
-           "GPUGAP_CLICKHOUSE_DATABASE": clickhouse.database,
-           "GPUGAP_CLICKHOUSE_PASSWORD": clickhouse.password.get_secret_value()  # type: ignore[union-attr]
-           if clickhouse.password else ""}
-    cmd = [sys.executable, "-m", "gpugap", "sink", "clickhouse", "--max-records", "20000",
-           "--max-age", "0.5"]
+    env = {
+        **os.environ,
+        "GPUGAP_KAFKA_BOOTSTRAP": topics.bootstrap,
+        "GPUGAP_KAFKA_TOPIC_PREFIX": topics.topic_prefix,
+        "GPUGAP_CLICKHOUSE_URL": clickhouse.url,
+        "GPUGAP_CLICKHOUSE_DATABASE": clickhouse.database,
+        "GPUGAP_CLICKHOUSE_PASSWORD": clickhouse.password.get_secret_value()  # type: ignore[union-attr]
+        if clickhouse.password
+        else "",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpugap",
+        "sink",
+        "clickhouse",
+        "--max-records",
+        "20000",
+        "--max-age",
+        "0.5",
+    ]
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
@@ -186,8 +227,9 @@ def test_sink_killed_mid_batch_and_restarted_keeps_totals(topics: KafkaSettings,
     assert totals(clickhouse) == expected(n)
 
 
-def test_poison_record_is_dead_lettered_and_the_rest_stored(topics: KafkaSettings,
-                                                            clickhouse: ClickHouseSettings) -> None:
+def test_poison_record_is_dead_lettered_and_the_rest_stored(
+    topics: KafkaSettings, clickhouse: ClickHouseSettings
+) -> None:
     _, poison = minute_bytes(5)
     poison = poison.replace(b'"minute":"2026-11-01', b'"minute":"2206-11-01')  # past DateTime
     examples = one_of_each()
@@ -221,8 +263,12 @@ def test_poison_record_is_dead_lettered_and_the_rest_stored(topics: KafkaSetting
 async def _read(kafka: KafkaSettings, topic: str, expected_n: int) -> list[object]:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap,
-                                auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     out: list[object] = []
     try:
@@ -247,4 +293,3 @@ def _quiet_clickhouse_connect_serialisation_logs() -> Iterator[None]:
     logger.setLevel(logging.CRITICAL)  # the poison test makes it log a traceback on purpose
     yield
     logger.setLevel(level)
-
