@@ -94,8 +94,11 @@ WHERE scheduler = 'slurm' AND elapsed_s IS NOT NULL AND time_limit_s > 0;
 -- below the idle threshold (0.05), and the allocation still present in the latest minute.
 CREATE OR REPLACE VIEW v_idle_now AS
 WITH (
+    -- each step narrows the next one's range: the latest day, its latest hour, its minute
     SELECT max(minute) FROM gpu_minutes
-    WHERE minute >= (SELECT max(hour) FROM gpu_hours) - INTERVAL 1 HOUR
+    WHERE minute >= (
+        SELECT max(hour) FROM gpu_hours WHERE hour >= (SELECT max(day) FROM gpu_days)
+    ) - INTERVAL 1 HOUR
 ) AS latest
 SELECT
     cluster, allocation_id, any(scheduler) AS scheduler, any(workload_class) AS workload_class,

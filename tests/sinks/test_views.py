@@ -1,0 +1,148 @@
+"""The warehouse views against hand-computed answers (records written through the sink)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpugap.settings import ClickHouseSettings
+from schemas import Alert, GpuMinute, NodeGpus, Record, SlurmJobEvent
+from schemas.examples import gpu_uuid
+from sinks.clickhouse import ClickHouseSink
+from sinks.warehouse import connect
+
+T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
+G = [gpu_uuid("n1", i) for i in range(4)]
+
+
+def job(job_id: str, kind: str, gpus: int, end_min: int | None, limit_s: int) -> SlurmJobEvent:
+    end = T0 + timedelta(minutes=end_min) if end_min is not None else None
+    return SlurmJobEvent(
+        event_id=f"slurm/c/{job_id}/{kind}",
+        kind=kind,
+        time=end or T0,
+        source="hook",
+        cluster="c",
+        job_id=job_id,
+        user="alice",
+        account="vision",
+        partition="gpu",
+        nodes=(NodeGpus(node="n1", gpu_indices=tuple(range(gpus))),),
+        gpus_total=gpus,
+        time_limit_s=limit_s,
+        start_time=T0,
+        end_time=end,
+        state="COMPLETED" if end else "RUNNING",
+        exit_code=0 if end else None,
+    )
+
+
+def minute(gpu: int, m: int, alloc: str | None, consumed: float) -> GpuMinute:
+    return GpuMinute(
+        cluster="c",
+        node="n1",
+        gpu_uuid=G[gpu],
+        minute=T0 + timedelta(minutes=m),
+        allocated_s=60.0 if alloc else 0.0,
+        unallocated_s=0.0 if alloc else 60.0,
+        consumed_gpu_s=consumed,
+        activity_avg=consumed / 60,
+        activity_max=consumed / 60,
+        activity_metric="sm_active",
+        sample_count=6,
+        no_samples=False,
+        allocation_id=alloc,
+        scheduler="slurm" if alloc else None,
+        workload_class="batch" if alloc else None,
+        owner="alice" if alloc else None,
+        team="vision" if alloc else None,
+    )
+
+
+def alert(alert_id: str, state: str, minutes: int) -> Alert:
+    return Alert(
+        alert_id=alert_id,
+        kind="idle_gpu",
+        state=state,
+        time=T0 + timedelta(minutes=minutes),
+        opened_at=T0,
+        cluster="c",
+        scheduler="slurm",
+        allocation_id="slurm/c/2",
+        gpus=(G[3],),
+        idle_minutes=minutes,
+        idle_gpu_hours=minutes / 60,
+    )
+
+
+def records() -> list[Record]:
+    out: list[Record] = [
+        job("1", "start", 2, None, 28_800),
+        job("1", "end", 2, 120, 28_800),
+        job("1", "end", 2, 120, 28_800),  # duplicate from the poller
+        job("2", "start", 1, None, 3_600),
+    ]
+    for m in range(120):
+        out += [
+            minute(0, m, "slurm/c/1", 30.0),
+            minute(1, m, "slurm/c/1", 0.0),
+            minute(2, m, None, 6.0 if m < 10 else 0.0),
+            minute(3, m, "slurm/c/2", 0.5),
+        ]
+    out += [
+        alert("a1", "open", 10),
+        alert("a1", "resolved", 20),
+        alert("a2", "open", 30),
+        alert("a2", "update", 40),
+    ]
+    return out
+
+
+def test_views_answer_the_capacity_questions(clickhouse: ClickHouseSettings) -> None:
+    async def store() -> None:
+        sink = ClickHouseSink(clickhouse)
+        await sink.start()
+        await sink.write(records())
+        await sink.write(records()[:50])  # re-delivered: must change nothing
+        await sink.close()
+
+    asyncio.run(store())
+    c = connect(clickhouse)
+    try:
+
+        def q(sql: str) -> list[tuple[object, ...]]:
+            return [tuple(r) for r in c.query(sql).result_rows]
+
+        gap = q(
+            "SELECT allocation_id, allocated_gpu_h, consumed_gpu_h, gap_gpu_h, idle_gpu_h "
+            "FROM v_capacity_gap_daily ORDER BY allocation_id"
+        )
+        assert gap == [
+            ("slurm/c/1", 4.0, 1.0, 3.0, 2.0),
+            ("slurm/c/2", 2.0, pytest.approx(1 / 60), pytest.approx(2 - 1 / 60), 2.0),
+        ]
+        hourly = q("SELECT sum(allocated_gpu_h), sum(gap_gpu_h) FROM v_capacity_gap")
+        assert hourly == [(6.0, pytest.approx(3 + 2 - 1 / 60))]
+        top = q("SELECT allocation_id, gap_gpu_h, final_state FROM v_top_waste")
+        assert [t[0] for t in top] == ["slurm/c/1", "slurm/c/2"]  # by absolute gap
+        assert top[0][2] == "COMPLETED" and top[1][2] is None
+        assert q("SELECT sum(unallocated_gpu_h), sum(unattributed_gpu_h) FROM v_unallocated") == [
+            (2.0, pytest.approx(60 / 3600))
+        ]
+        assert q("SELECT node, unattributed_gpu_h FROM v_unattributed") == [
+            ("n1", pytest.approx(60 / 3600))
+        ]
+        pad = q(
+            "SELECT allocation_id, user, account, limit_ratio, padding_gpu_h FROM v_slurm_padding"
+        )
+        assert pad == [("slurm/c/1", "alice", "vision", 4.0, 12.0)]  # 2 GPUs x (8 h - 2 h)
+        idle = q("SELECT allocation_id, gpus, last_minute FROM v_idle_now")
+        assert idle == [("slurm/c/2", 1, (T0 + timedelta(minutes=119)).replace(tzinfo=None))]
+        assert q("SELECT alert_id, state, idle_gpu_hours FROM v_alerts_open") == [
+            ("a2", "update", pytest.approx(40 / 60))
+        ]
+        assert q("SELECT count() FROM gpu_minutes FINAL") == [(480,)]
+    finally:
+        c.close()
