@@ -69,6 +69,7 @@ ENCODERS: dict[str, Callable[[bytes], bytes]] = {
     "zstd": lambda b: bytes(cramjam.zstd.compress(b)),
     "lz4": lz4.frame.compress,  # several times faster than cramjam's lz4 here
 }
+MAX_SESSIONS = 10_000
 HTTP_STATUS = {  # ClickHouse's own mapping of exception codes to HTTP statuses
     194: 401,
     516: 401,
@@ -159,7 +160,8 @@ class Endpoint:
                 "NOT_IMPLEMENTED",
             )
         database = params.get("database") or None
-        session = self.sessions.setdefault(sid, {}) if (sid := params.get("session_id")) else {}
+        sid = params.get("session_id")
+        session = self.sessions.get(sid, {}) if sid else {}
         settings = {
             **session,
             **{
@@ -198,7 +200,7 @@ class Endpoint:
         text = f"{url_query}\n{data.decode()}" if url_query and data else url_query or data.decode()
         self._check(text, readonly)
         if q.first_keyword(text) == "SET":
-            await loop.run_in_executor(None, lambda: self._set(text, session))
+            await loop.run_in_executor(None, lambda: self._set(text, sid))
             return Outcome(), None
         out_fmt = q.trailing_format(text) or params.get("default_format") or "TabSeparated"
         out = await loop.run_in_executor(
@@ -259,10 +261,13 @@ class Endpoint:
         if readonly and q.first_keyword(text) not in q.READ_KEYWORDS | {"SET"}:
             raise EngineError("Cannot execute query in readonly mode", 164, "READONLY")
 
-    def _set(self, text: str, session: dict[str, str]) -> None:
+    def _set(self, text: str, sid: str | None) -> None:
         pairs = dict(q.split_set(text))
         self.engine.query("SELECT 1", "TabSeparated", settings=pairs)  # validates the names
-        session.update(pairs)
+        if sid:  # like ClickHouse: a SET outside a session changes nothing after this request
+            if sid not in self.sessions and len(self.sessions) >= MAX_SESSIONS:
+                self.sessions.pop(next(iter(self.sessions)))  # the oldest session goes
+            self.sessions.setdefault(sid, {}).update(pairs)
 
     def _respond(
         self, request: web.Request, out: Outcome, fmt: str | None, query_id: str
