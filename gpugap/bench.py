@@ -132,7 +132,7 @@ def bench_kafka(samples: int, repeats: int, bootstrap: str) -> list[str]:
         return statistics.median(r[i] for r in runs[raw])
 
     return [
-        f"kafka: {samples:,} node samples via {bootstrap} (lz4, linger 20 ms, 4 partitions), "
+        f"kafka: {samples:,} node samples via {bootstrap} (zstd, linger 20 ms, 4 partitions), "
         f"median of {repeats}",
         f"{'':<34} {'gpugap':>12} {'raw bytes':>12} {'ratio':>9}",
         _row("produce (encode+send+ack)", med(False, 0), med(True, 0)),
@@ -151,6 +151,11 @@ def main(what: str, *, samples: int, repeats: int) -> int:
         with _broker() as bootstrap:
             out = bench_kafka(samples, max(1, repeats // 2 + 1), bootstrap)
         print("\n".join(out), flush=True)
+    if what == "simulate":  # prints as it goes: the scale estate into nothing, JSONL, Kafka
+        from producers.sim.bench import bench_simulate
+
+        with _broker() as bootstrap:
+            bench_simulate(samples, repeats, bootstrap)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
 import signal
@@ -127,6 +128,10 @@ def _produce(args: argparse.Namespace) -> int:
     from producers import by_name, run_producer
 
     settings = _settings()
+    k8s = {"namespaces": args.namespace, "kubeconfig": args.kubeconfig and Path(args.kubeconfig)}
+    if any(k8s.values()):  # --namespace/--kubeconfig override GPUGAP_K8S_*
+        given = {k: v for k, v in k8s.items() if v}
+        settings = settings.model_copy(update={"k8s": settings.k8s.model_copy(update=given)})
     producer = by_name(args.name)(settings)
     if args.interval is not None:
         producer.interval_s = args.interval
@@ -138,6 +143,14 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.what == "kubernetes":  # needs the test API server: a source checkout
+        root = Path(__file__).resolve().parents[1]
+        if not (root / "tests" / "k8s_bench.py").exists():
+            raise FatalError("`gpugap bench kubernetes` runs from a source checkout (tests/)")
+        sys.path.insert(0, str(root))
+        k8s_bench = importlib.import_module("tests.k8s_bench")
+        code: int = k8s_bench.main(repeats=min(args.repeats, 3))
+        return code
     if args.what == "warehouse":
         from sinks.bench import main as warehouse_bench
 
@@ -208,17 +221,39 @@ def build_parser() -> argparse.ArgumentParser:
     prod.add_argument("--out", metavar="FILE", help="write JSON lines to FILE ('-' = stdout)")
     prod.add_argument("--once", action="store_true", help="one tick, then exit")
     prod.add_argument("--interval", type=float, help="seconds between ticks")
+    prod.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        help="kubernetes: watch this namespace (repeat; default all)",
+    )
+    prod.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubernetes: kubeconfig (default in-cluster, $KUBECONFIG)",
+    )
 
     bench = cmd("bench", _bench, "print codec and broker throughput figures")
     bench.add_argument(
-        "what", nargs="?", choices=["codec", "kafka", "warehouse", "all"], default="all"
+        "what",
+        nargs="?",
+        choices=["codec", "kafka", "simulate", "warehouse", "kubernetes", "all"],
+        default="all",
     )
     bench.add_argument("--samples", type=int, default=20_000, help="node samples per run")
     bench.add_argument("--repeats", type=int, default=5, help="runs per figure (median)")
-    bench.add_argument("--rows", default="10e6,100e6",
-                       help="warehouse: GPU-minute row counts to measure views at")
-    bench.add_argument("--clickhouse", metavar="URL",
-                       help="warehouse: an existing ClickHouse instead of a throwaway endpoint")
+    bench.add_argument(
+        "--rows", default="10e6,100e6", help="warehouse: GPU-minute row counts to measure views at"
+    )
+    bench.add_argument(
+        "--clickhouse",
+        metavar="URL",
+        help="warehouse: an existing ClickHouse instead of a throwaway endpoint",
+    )
+
+    from gpugap.cli_sim import register as register_sim  # simulate, record, replay
+
+    register_sim(sub, cmd)
     return p
 
 

@@ -4,6 +4,7 @@ broker. Both write the same envelope, so `replay` can publish a JSONL capture un
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import sys
 from abc import ABC, abstractmethod
@@ -16,7 +17,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from gpugap.errors import RetriableError
 from gpugap.settings import KafkaSettings
-from schemas import Record, Topic, encode
+from schemas import Record, Topic, decode, encode
 
 _PARTITIONER = DefaultPartitioner()
 
@@ -37,6 +38,22 @@ class Publisher(ABC):
 
     @abstractmethod
     async def send(self, topic: Topic[Any], record: Record) -> None: ...
+
+    def topic_name(self, topic: Topic[Any]) -> str:
+        """What ``send_raw`` calls the topic here (Kafka adds the configured prefix)."""
+        return topic.name
+
+    async def send_encoded(
+        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
+        """A record already encoded, byte-identical to ``schemas.encode`` (fast paths)."""
+        await self.send(topic, decode(topic, value))
+
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+    ) -> None:
+        """Opaque bytes, valid or not (replaying captures, testing dead-letter paths)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot send raw bytes")
 
     @abstractmethod
     async def flush(self) -> None:
@@ -68,6 +85,7 @@ class KafkaPublisher(Publisher):
         self._producer: Any = None
         self._batches: dict[tuple[str, int], Any] = {}
         self._partitions: dict[str, list[int]] = {}
+        self._partition_of: dict[tuple[str, bytes], int] = {}
         self._in_flight: list[asyncio.Future[Any]] = []
         self._round_robin = 0
         self._linger: asyncio.Task[None] | None = None
@@ -103,6 +121,14 @@ class KafkaPublisher(Publisher):
             event_time_ms(record),
         )
 
+    def topic_name(self, topic: Topic[Any]) -> str:
+        return topic.qualified(self.settings.topic_prefix)
+
+    async def send_encoded(
+        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
+        await self.send_raw(topic.qualified(self.settings.topic_prefix), key, value, timestamp_ms)
+
     async def send_raw(
         self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
     ) -> None:
@@ -111,7 +137,13 @@ class KafkaPublisher(Publisher):
             self._round_robin += 1
             partition = partitions[self._round_robin % len(partitions)]
         else:
-            partition = _PARTITIONER(key, partitions, partitions)
+            # murmur2 is pure Python (~15 us a key) and keys repeat (one per node): remember
+            partition = self._partition_of.get((topic, key), -1)
+            if partition < 0:
+                if len(self._partition_of) > 100_000:
+                    self._partition_of.clear()
+                partition = _PARTITIONER(key, partitions, partitions)
+                self._partition_of[topic, key] = partition
         batch = self._batches.get((topic, partition))
         if batch is None:
             batch = self._batches[topic, partition] = self._producer.create_batch()
@@ -168,11 +200,16 @@ class KafkaPublisher(Publisher):
 
 
 class JsonlPublisher(Publisher):
-    """One JSON object per line: ``{"topic": ..., "key": ..., "value": {record}}``."""
+    """One JSON object per line: ``{"topic": ..., "key": ..., "value": {record}}``.
+
+    Bytes that are not a valid record (``send_raw``) keep the envelope but carry the exact
+    bytes base64-encoded instead of ``value``: ``{"topic", "key", "value_b64"}``.
+    """
 
     def __init__(self, out: str | Path) -> None:
         self.out = str(out)
         self._fh: IO[bytes] | None = None
+        self._keys: dict[bytes, bytes] = {}  # key -> its JSON string (the fast path repeats keys)
 
     async def start(self) -> None:
         if self.out == "-":
@@ -193,6 +230,31 @@ class JsonlPublisher(Publisher):
             + encode(record)
             + b"}\n"
         )
+        self.sent += 1
+
+    async def send_encoded(
+        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
+        assert self._fh is not None, "start() the publisher first"
+        quoted = self._keys.get(key)
+        if quoted is None:
+            if len(self._keys) > 100_000:
+                self._keys.clear()
+            quoted = self._keys[key] = json.dumps(key.decode()).encode()
+        head = b'{"topic":"' + topic.name.encode() + b'","key":' + quoted + b',"value":'
+        self._fh.write(head + value + b"}\n")
+        self.sent += 1
+
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+    ) -> None:
+        assert self._fh is not None, "start() the publisher first"
+        line = {
+            "topic": topic,
+            "key": None if key is None else key.decode(errors="replace"),
+            "value_b64": base64.b64encode(value or b"").decode(),
+        }
+        self._fh.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
         self.sent += 1
 
     async def flush(self) -> None:

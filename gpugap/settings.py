@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gpugap.classify import CLASS_LABEL, ClassRule
 from gpugap.errors import ConfigError
 
 
@@ -40,7 +41,7 @@ class KafkaSettings(BaseSettings):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     sasl_password_file: Path | None = None
-    compression: Literal["none", "gzip", "lz4", "zstd", "snappy"] = "lz4"
+    compression: Literal["none", "gzip", "lz4", "zstd", "snappy"] = "zstd"
     linger_ms: int = Field(default=20, ge=0)
     max_batch_bytes: int = Field(default=1_048_576, gt=0)
     request_timeout_ms: int = Field(default=30_000, gt=0)
@@ -113,6 +114,64 @@ class ServicesSettings(BaseSettings):
     clickhouse_port: int = Field(default=8123, gt=0, lt=65536)
 
 
+def _comma_list(value: object) -> object:
+    """Lists in the environment: comma-separated (``a,b``) or JSON (``["a", "b"]``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [v.strip() for v in text.split(",") if v.strip()]
+    return value
+
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class KubernetesSettings(BaseSettings):
+    """The Kubernetes pod producer (``gpugap produce kubernetes``)."""
+
+    model_config = _config("GPUGAP_K8S_")
+
+    namespaces: CommaList = Field(default_factory=list, description="empty: all namespaces")
+    kubeconfig: Path | None = Field(default=None, description="default: in-cluster, KUBECONFIG")
+    context: str | None = None
+    cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    request_timeout_s: float = Field(
+        default=60.0, gt=0, description="read timeout: a connection silent this long is hung"
+    )
+    watch_timeout_s: int = Field(default=300, ge=1, description="server-side, jittered up to 2x")
+    page_size: int = Field(default=500, ge=1, description="pods per list page")
+    backoff_initial_s: float = Field(default=0.2, gt=0)
+    backoff_max_s: float = Field(default=30.0, gt=0)
+    gpu_resources: CommaList = Field(default_factory=lambda: ["nvidia.com/gpu"])
+    gpu_resource_prefixes: CommaList = Field(default_factory=lambda: ["nvidia.com/mig-"])
+    owner_labels: CommaList = Field(
+        default_factory=lambda: [
+            "gpugap.io/owner",
+            "owner",
+            "user",
+            "hub.jupyter.org/username",
+            "notebooks.kubeflow.org/creator",
+        ],
+        description="labels (then annotations) naming the owner, pod first, then its owners",
+    )
+    team_labels: CommaList = Field(default_factory=lambda: ["gpugap.io/team", "team"])
+    team_from_namespace: bool = Field(default=True, description="no team label: the namespace")
+    class_label: str = CLASS_LABEL
+    class_rules: list[ClassRule] = Field(default_factory=list, description="JSON list of rules")
+    owner_cache_size: int = Field(default=10_000, ge=1)
+    owner_cache_ttl_s: float = Field(default=600.0, gt=0)
+    state_file: Path | None = Field(
+        default=None, description="ledger of reported pods: a restart re-sends nothing"
+    )
+
+    _lists = field_validator(
+        "namespaces", "gpu_resources", "gpu_resource_prefixes", "owner_labels", "team_labels",
+        mode="before",
+    )(_comma_list)  # fmt: skip
+
+
 class Settings(BaseSettings):
     model_config = _config("GPUGAP_")
 
@@ -121,6 +180,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     clickhouse: ClickHouseSettings = Field(default_factory=ClickHouseSettings)
     services: ServicesSettings = Field(default_factory=ServicesSettings)
+    k8s: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
     def masked(self) -> dict[str, Any]:
         """The effective configuration with every secret shown as '**********'."""
@@ -139,6 +199,7 @@ def load() -> Settings:
         "kafka": KafkaSettings,
         "clickhouse": ClickHouseSettings,
         "services": ServicesSettings,
+        "k8s": KubernetesSettings,
     }
     for field, cls in components.items():
         try:

@@ -9,7 +9,9 @@ from gpugap.errors import ConfigError
 from .base import Producer, run_producer
 
 #: name -> "module:Class"; imported only when asked for, so optional dependencies stay optional.
-REGISTRY: dict[str, str] = {}
+REGISTRY: dict[str, str] = {
+    "kubernetes": "producers.kubernetes:KubernetesProducer",
+}
 
 
 def by_name(name: str) -> type[Producer]:

@@ -232,6 +232,7 @@ class AllocationEvent(Record):
     gang_id: Text | None = None
     gang_size: NonNegInt | None = None
     name: Text | None = None
+    namespace: Name | None = Field(default=None, description="Kubernetes: the pod's namespace")
     time_limit_s: NonNegInt | None = None
 
 

@@ -125,19 +125,28 @@ def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clic
     if docker_answers():
         from testcontainers.community.clickhouse import ClickHouseContainer
 
-        with ClickHouseContainer("clickhouse/clickhouse-server:24.8", password=CLICKHOUSE_PASSWORD
-                                 ) as ch:
+        with ClickHouseContainer(
+            "clickhouse/clickhouse-server:24.8", password=CLICKHOUSE_PASSWORD
+        ) as ch:
             port = ch.get_exposed_port(8123)
-            yield ClickHouseSettings(url=f"http://{ch.get_container_host_ip()}:{port}",
-                                     user=ch.username, password=CLICKHOUSE_PASSWORD)
+            yield ClickHouseSettings(
+                url=f"http://{ch.get_container_host_ip()}:{port}",
+                user=ch.username,
+                password=CLICKHOUSE_PASSWORD,
+            )
         return
     from gpugap.services.clickhouse.process import EmbeddedClickHouse
     from gpugap.services.kafka import free_port
 
     root = tmp_path_factory.mktemp("clickhouse")
-    server = EmbeddedClickHouse(root / "data", free_port(), env={
-        "GPUGAP_CLICKHOUSE_PASSWORD": CLICKHOUSE_PASSWORD,
-        "GPUGAP_CLICKHOUSE_READONLY_PASSWORD": READER_PASSWORD})
+    server = EmbeddedClickHouse(
+        root / "data",
+        free_port(),
+        env={
+            "GPUGAP_CLICKHOUSE_PASSWORD": CLICKHOUSE_PASSWORD,
+            "GPUGAP_CLICKHOUSE_READONLY_PASSWORD": READER_PASSWORD,
+        },
+    )
     try:
         server.start()
     except GpugapError as exc:

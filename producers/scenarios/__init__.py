@@ -1,0 +1,1 @@
+"""Shipped scenarios (package data): ``gpugap simulate --scenario small|demo|scale``."""
