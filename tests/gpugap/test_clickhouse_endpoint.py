@@ -425,3 +425,48 @@ def test_session_settings_persist_within_the_session_only(clickhouse: ClickHouse
         url, params={"session_id": "s1"}, data="SET no_such_setting = 1", auth=auth, timeout=10
     )
     assert r.status_code == 404 and r.headers["X-ClickHouse-Exception-Code"] == "115"
+
+
+@pytest.mark.parametrize("encoding", ["lz4", "gzip"])
+def test_bodies_of_several_frames_split_anywhere_arrive_whole(
+    client: Any, clickhouse: ClickHouseSettings, encoding: str
+) -> None:
+    """clickhouse-connect compresses an insert block by block: one body, many lz4 frames.
+    Every frame must be decoded wherever the chunk boundaries fall (none silently dropped)."""
+    import lz4.frame
+
+    client.command("CREATE TABLE frames (n UInt32) ENGINE = MergeTree ORDER BY n")
+    compress = lz4.frame.compress if encoding == "lz4" else gzip.compress
+    parts = [b"INSERT INTO frames FORMAT CSV\n"] + [
+        "".join(f"{i}\n" for i in range(k * 1000, (k + 1) * 1000)).encode() for k in range(20)
+    ]
+    body = b"".join(compress(p) for p in parts)
+
+    def pieces(size: int) -> Iterator[bytes]:
+        for i in range(0, len(body), size):
+            yield body[i : i + size]
+
+    for size in (7, 333, 4096, len(body)):
+        client.command("TRUNCATE TABLE frames")
+        r = requests.post(
+            clickhouse.url,
+            params={"database": clickhouse.database},
+            data=pieces(size),
+            auth=_auth(clickhouse),
+            timeout=30,
+            headers={"Content-Encoding": encoding},
+        )
+        assert r.status_code == 200, r.text
+        assert client.query("SELECT count(), sum(n) FROM frames").result_rows == [
+            (20_000, 20_000 * 19_999 // 2)
+        ]
+    truncated = body[: len(body) - 5]
+    r = requests.post(
+        clickhouse.url,
+        params={"database": clickhouse.database},
+        data=truncated,
+        auth=_auth(clickhouse),
+        timeout=30,
+        headers={"Content-Encoding": encoding},
+    )
+    assert r.status_code != 200

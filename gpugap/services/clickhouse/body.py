@@ -45,13 +45,24 @@ async def chunks(request: web.Request) -> AsyncIterator[bytes]:
         decoder = _streaming(encoding)
         if decoder is None:
             raise EngineError(f"Unknown HTTP content encoding: {encoding}", 48, "NOT_IMPLEMENTED")
+        fed = False  # the current frame has input: it must end before the body does
         async for chunk in raw:
-            out = decoder.decompress(chunk)
-            if out:
-                yield out
-        tail = decoder.flush() if hasattr(decoder, "flush") else b""
-        if tail:
-            yield tail
+            data = chunk
+            # a body may be several frames (clickhouse-connect compresses block by block) or
+            # gzip members back to back: each one ends, the next starts on the leftover bytes
+            while data:
+                out = decoder.decompress(data)
+                fed = True
+                if out:
+                    yield out
+                if not decoder.eof:
+                    break
+                data = decoder.unused_data
+                decoder, fed = _streaming(encoding), False
+        if fed and not decoder.eof:
+            raise EngineError(
+                f"The {encoding} request body ends inside a frame (truncated)", 432, "UNKNOWN_CODEC"
+            )
     except EngineError:
         raise
     except Exception as exc:
