@@ -14,7 +14,7 @@ from typing import Any
 from gpugap.settings import ClickHouseSettings
 
 from .clickhouse import DAILY, ROLLUP
-from .warehouse import connect, migrate, migrations
+from .warehouse import client_options, connect, migrate, migrations
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -80,41 +80,46 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def insert_throughput(client: Any, rows: int, repeats: int) -> tuple[float, float]:
-    """(rows/s through the endpoint, rows/s straight into chDB) for the same Native bytes."""
+def insert_throughput(settings: ClickHouseSettings, rows: int, repeats: int) -> dict[str, float]:
+    """Rows/s for the same Native bytes: through the endpoint as the sink sends them on
+    loopback (uncompressed), with clickhouse-connect's lz4, and straight into chDB."""
     import chdb
+    import clickhouse_connect
 
-    client.command("CREATE TABLE IF NOT EXISTS bench_insert AS gpu_minutes")
+    client = connect(settings)
     native = client.raw_query(
         SYNTHETIC + " FORMAT Native",
         parameters={"gpus": 1000, "first_minute": 0, "start": START, "rows": rows},
     )
-    cols = ", ".join(
+    cols = [
         c
         for (c,) in client.query(
             "SELECT name FROM system.columns WHERE database = currentDatabase() "
             "AND table = 'gpu_minutes' ORDER BY position"
         ).result_rows
-    )
-    endpoint, direct = [], []
+    ]
+    client.command("CREATE TABLE IF NOT EXISTS bench_insert AS gpu_minutes")
+    lz4_client = clickhouse_connect.get_client(**{**client_options(settings), "compress": "lz4"})
+    rates: dict[str, list[float]] = {"endpoint": [], "endpoint, lz4": [], "chDB": []}
     with tempfile.TemporaryDirectory(prefix="gpugap-chdb-") as tmp:
         conn = chdb.connect(tmp)
-        ddl = next(
-            s for s in migrations()[0].statements() if "TABLE IF NOT EXISTS gpu_minutes" in s
-        )
+        ddl = next(s for s in migrations()[0].statements() if "EXISTS gpu_minutes" in s)
         conn.query(ddl.replace("gpu_minutes", "bench_insert"))
         for _ in range(repeats):
+            for name, c in (("endpoint", client), ("endpoint, lz4", lz4_client)):
+                t = time.perf_counter()
+                c.raw_insert("bench_insert", cols, insert_block=native, fmt="Native")
+                rates[name].append(rows / (time.perf_counter() - t))
             t = time.perf_counter()
-            client.raw_insert("bench_insert", cols.split(", "), insert_block=native, fmt="Native")
-            endpoint.append(rows / (time.perf_counter() - t))
-            t = time.perf_counter()
-            with conn.send_insert(f"INSERT INTO bench_insert ({cols})", "Native") as ins:
+            with conn.send_insert(f"INSERT INTO bench_insert ({', '.join(cols)})", "Native") as ins:
                 ins.append(native)
                 ins.finish()
-            direct.append(rows / (time.perf_counter() - t))
+            rates["chDB"].append(rows / (time.perf_counter() - t))
         conn.close()
     client.command("DROP TABLE bench_insert")
-    return statistics.median(endpoint), statistics.median(direct)
+    client.close()
+    lz4_client.close()
+    return {name: statistics.median(r) for name, r in rates.items()}
 
 
 def load(client: Any, first: int, rows: int, gpus: int = 1000, chunk: int = 20_000_000) -> None:
@@ -190,13 +195,12 @@ def main(row_counts: list[int], repeats: int, url: str | None) -> int:
             admin.command("DROP DATABASE IF EXISTS gpugap_bench")
             admin.close()
             migrate(settings)
+            rates = insert_throughput(settings, 1_000_000, repeats)
+            direct = rates["chDB"]
+            print(f"insert, 1M GPU-minute rows as Native, 130 MB (median of {repeats}):")
+            for name, rate in rates.items():
+                print(f"  {name:<16} {rate:>12,.0f} rows/s   ratio to chDB {rate / direct:.2f}")
             client = connect(settings)
-            via, direct = insert_throughput(client, 1_000_000, repeats)
-            print(f"insert, 1M GPU-minute rows as Native (median of {repeats}):")
-            print(
-                f"  through the endpoint {via:>12,.0f} rows/s   straight into chDB "
-                f"{direct:>12,.0f} rows/s   ratio {via / direct:.2f}"
-            )
             loaded = 0
             for target in sorted(row_counts):
                 _say(f"loading {target:,} rows...")

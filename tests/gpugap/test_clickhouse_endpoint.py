@@ -148,8 +148,10 @@ def test_every_column_type_round_trips_sync_and_async(
     assert table.column("i64").to_pylist() == [-(2**40), 0]
 
 
-def test_a_million_rows_in_one_chunked_lz4_insert_land_whole(client: Any) -> None:
-    c = client
+def test_a_million_rows_in_one_chunked_lz4_insert_land_whole(
+    clickhouse: ClickHouseSettings,
+) -> None:
+    c = clickhouse_connect.get_client(**{**client_options(clickhouse), "compress": "lz4"})
     c.command(
         "CREATE TABLE big (n UInt64, g LowCardinality(String), v Float32) "
         "ENGINE = MergeTree ORDER BY n"
@@ -160,6 +162,7 @@ def test_a_million_rows_in_one_chunked_lz4_insert_land_whole(client: Any) -> Non
     assert summary.written_rows == n
     count, total, groups = c.query("SELECT count(), sum(n), uniqExact(g) FROM big").result_rows[0]
     assert (count, total, groups) == (n, n * (n - 1) // 2, 64)
+    c.close()
 
 
 def test_errors_carry_clickhouse_code_and_message(
@@ -210,10 +213,8 @@ def test_compressed_responses_decode(
     raw = r.raw.read()
     body = _decompress(raw, r.headers.get("Content-Encoding", ""))
     assert [json.loads(line)["number"] for line in body.splitlines()] == list(range(1000))
-    via_client = clickhouse_connect.get_client(
-        **client_options(clickhouse),
-        compress=encoding if encoding in ("gzip", "lz4", "zstd") else True,
-    )
+    mode = encoding if encoding in ("gzip", "lz4", "zstd") else True
+    via_client = clickhouse_connect.get_client(**{**client_options(clickhouse), "compress": mode})
     try:
         assert via_client.query("SELECT sum(number) FROM numbers(100000)").result_rows == [
             (4_999_950_000,)
