@@ -62,8 +62,10 @@ VIEWS = {
     "FROM v_capacity_gap_daily WHERE day >= toDate({since:DateTime}) GROUP BY team",
     "gap by class, last 24 h (hourly)": "SELECT workload_class, sum(gap_gpu_h) "
     "FROM v_capacity_gap WHERE hour >= {since:DateTime} + INTERVAL 6 DAY GROUP BY workload_class",
-    "top 10 allocations by waste": "SELECT allocation_id, owner, gap_gpu_h FROM v_top_waste "
-    "LIMIT 10",
+    "top 10 allocations by waste": "SELECT * FROM v_top_waste LIMIT 10",
+    "metadata of 10 allocations": "SELECT * FROM v_allocations WHERE cluster = 'c1' AND "
+    "allocation_id IN ('slurm/c1/1', 'slurm/c1/10', 'slurm/c1/100', 'slurm/c1/1000', "
+    "'slurm/c1/5', 'slurm/c1/50', 'slurm/c1/500', 'slurm/c1/5000', 'slurm/c1/7', 'slurm/c1/70')",
     "top 10 owners by waste": "SELECT owner, sum(gap_gpu_h) AS g FROM v_capacity_gap_daily "
     "GROUP BY owner ORDER BY g DESC LIMIT 10",
     "unallocated capacity": "SELECT sum(unallocated_gpu_h), sum(unattributed_gpu_h) "

@@ -40,26 +40,17 @@ FROM gpu_days FINAL
 WHERE allocation_id != ''
 GROUP BY day, cluster, scheduler, workload_class, team, owner, allocation_id;
 
--- Waste per allocation, largest absolute gap first (never ranked by percentage).
+-- Waste per allocation, largest absolute gap first (never ranked by percentage). Metadata
+-- (name, requested GPUs, final state) is in v_allocations: join it to the rows you keep
+-- (WHERE allocation_id IN ...), not to every allocation.
 CREATE OR REPLACE VIEW v_top_waste AS
 SELECT
-    g.cluster AS cluster, g.allocation_id AS allocation_id, g.scheduler AS scheduler,
-    g.workload_class AS workload_class, g.team AS team, g.owner AS owner,
-    a.name AS name, a.gpus_requested AS gpus_requested, a.final_state AS final_state,
-    g.first_day AS first_day, g.last_day AS last_day,
-    g.allocated_gpu_h AS allocated_gpu_h, g.consumed_gpu_h AS consumed_gpu_h,
-    g.gap_gpu_h AS gap_gpu_h, g.unmeasured_gpu_h AS unmeasured_gpu_h
-FROM
-(
-    SELECT cluster, allocation_id, any(scheduler) AS scheduler,
-        any(workload_class) AS workload_class, any(team) AS team, any(owner) AS owner,
-        min(day) AS first_day, max(day) AS last_day,
-        sum(allocated_gpu_h) AS allocated_gpu_h, sum(consumed_gpu_h) AS consumed_gpu_h,
-        sum(gap_gpu_h) AS gap_gpu_h, sum(unmeasured_gpu_h) AS unmeasured_gpu_h
-    FROM v_capacity_gap_daily
-    GROUP BY cluster, allocation_id
-) AS g
-LEFT JOIN v_allocations AS a USING (cluster, allocation_id)
+    cluster, allocation_id, any(scheduler) AS scheduler, any(workload_class) AS workload_class,
+    any(team) AS team, any(owner) AS owner, min(day) AS first_day, max(day) AS last_day,
+    sum(allocated_gpu_h) AS allocated_gpu_h, sum(consumed_gpu_h) AS consumed_gpu_h,
+    sum(gap_gpu_h) AS gap_gpu_h, sum(unmeasured_gpu_h) AS unmeasured_gpu_h
+FROM v_capacity_gap_daily
+GROUP BY cluster, allocation_id
 ORDER BY gap_gpu_h DESC;
 
 -- Capacity nobody held, and activity on it (unattributed use: missing events, or work
