@@ -36,8 +36,6 @@ def client_options(settings: ClickHouseSettings, *, database: bool = True) -> di
         "connect_timeout": 5,
         "send_receive_timeout": 120,
         "autogenerate_session_id": False,
-        # on loopback compression only burns CPU at both ends of the same machine
-        "compress": url.hostname not in ("127.0.0.1", "localhost", "::1"),
     }
     if database:
         opts["database"] = settings.database
