@@ -1,20 +1,20 @@
 -- The interface for reports and BI tools. All GPU figures are GPU-hours.
 
--- Allocated vs consumed per hour and every dimension; group it by any of them.
--- measured = allocated time with telemetry; the gap is measured - consumed (time without
--- telemetry is reported as unmeasured, never as idle or consumed).
+-- Allocated vs consumed per hour, GPU and allocation, with every dimension; group it by any
+-- of them. measured = allocated time with telemetry; the gap is measured - consumed (time
+-- without telemetry is reported as unmeasured, never as idle or consumed). Rows come from
+-- the rollup as they are (FINAL: one per key, correct before merges): no second aggregation.
 CREATE OR REPLACE VIEW v_capacity_gap AS
 SELECT
-    hour, cluster, scheduler, workload_class, team, owner, allocation_id,
-    sum(allocated_s) / 3600 AS allocated_gpu_h,
-    sum(allocated_s - unmeasured_s) / 3600 AS measured_gpu_h,
-    sum(consumed_gpu_s) / 3600 AS consumed_gpu_h,
-    (sum(allocated_s - unmeasured_s) - sum(consumed_gpu_s)) / 3600 AS gap_gpu_h,
-    sum(unmeasured_s) / 3600 AS unmeasured_gpu_h,
-    sum(idle_minutes) / 60 AS idle_gpu_h
+    hour, cluster, node, gpu_uuid, scheduler, workload_class, team, owner, allocation_id,
+    allocated_s / 3600 AS allocated_gpu_h,
+    (allocated_s - unmeasured_s) / 3600 AS measured_gpu_h,
+    consumed_gpu_s / 3600 AS consumed_gpu_h,
+    (allocated_s - unmeasured_s - consumed_gpu_s) / 3600 AS gap_gpu_h,
+    unmeasured_s / 3600 AS unmeasured_gpu_h,
+    idle_minutes / 60 AS idle_gpu_h
 FROM gpu_hours FINAL
-WHERE allocation_id != ''
-GROUP BY hour, cluster, scheduler, workload_class, team, owner, allocation_id;
+WHERE allocation_id != '';
 
 -- Allocation metadata, merged (FINAL: correct before background merges, and much cheaper
 -- than grouping every allocation on each read).
@@ -26,19 +26,19 @@ SELECT
     if(end_time IS NULL, NULL, dateDiff('millisecond', start_time, end_time) / 1000) AS elapsed_s
 FROM allocations FINAL;
 
--- The same per day, from the daily rollup: what reports and "all time" questions read.
+-- The same per day and node, from the daily rollup: what reports and "all time" questions
+-- read (a few hundred rows a day for a thousand GPUs).
 CREATE OR REPLACE VIEW v_capacity_gap_daily AS
 SELECT
-    day, cluster, scheduler, workload_class, team, owner, allocation_id,
-    sum(allocated_s) / 3600 AS allocated_gpu_h,
-    sum(allocated_s - unmeasured_s) / 3600 AS measured_gpu_h,
-    sum(consumed_gpu_s) / 3600 AS consumed_gpu_h,
-    (sum(allocated_s - unmeasured_s) - sum(consumed_gpu_s)) / 3600 AS gap_gpu_h,
-    sum(unmeasured_s) / 3600 AS unmeasured_gpu_h,
-    sum(idle_minutes) / 60 AS idle_gpu_h
+    day, cluster, node, scheduler, workload_class, team, owner, allocation_id, gpus,
+    allocated_s / 3600 AS allocated_gpu_h,
+    (allocated_s - unmeasured_s) / 3600 AS measured_gpu_h,
+    consumed_gpu_s / 3600 AS consumed_gpu_h,
+    (allocated_s - unmeasured_s - consumed_gpu_s) / 3600 AS gap_gpu_h,
+    unmeasured_s / 3600 AS unmeasured_gpu_h,
+    idle_minutes / 60 AS idle_gpu_h
 FROM gpu_days FINAL
-WHERE allocation_id != ''
-GROUP BY day, cluster, scheduler, workload_class, team, owner, allocation_id;
+WHERE allocation_id != '';
 
 -- Waste per allocation, largest absolute gap first (never ranked by percentage). Metadata
 -- (name, requested GPUs, final state) is in v_allocations: join it to the rows you keep
@@ -57,19 +57,16 @@ ORDER BY gap_gpu_h DESC;
 -- running outside the scheduler), per day and node; per GPU-hour in gpu_hours.
 CREATE OR REPLACE VIEW v_unallocated AS
 SELECT
-    day, cluster, node,
-    sum(unallocated_s) / 3600 AS unallocated_gpu_h,
-    sum(consumed_gpu_s) / 3600 AS unattributed_gpu_h,
-    max(gpus) AS gpus
+    day, cluster, node, gpus,
+    unallocated_s / 3600 AS unallocated_gpu_h,
+    consumed_gpu_s / 3600 AS unattributed_gpu_h
 FROM gpu_days FINAL
-WHERE allocation_id = ''
-GROUP BY day, cluster, node;
+WHERE allocation_id = '';
 
 CREATE OR REPLACE VIEW v_unattributed AS
-SELECT day, cluster, node, sum(consumed_gpu_s) / 3600 AS unattributed_gpu_h
+SELECT day, cluster, node, consumed_gpu_s / 3600 AS unattributed_gpu_h
 FROM gpu_days FINAL
-WHERE allocation_id = '' AND consumed_gpu_s > 0
-GROUP BY day, cluster, node;
+WHERE allocation_id = '' AND consumed_gpu_s > 0;
 
 -- Slurm time-limit padding of finished jobs: the limit against what the job used.
 CREATE OR REPLACE VIEW v_slurm_padding AS

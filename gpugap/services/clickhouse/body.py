@@ -3,6 +3,7 @@ engine while it is still arriving instead of after it was buffered and decompres
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -45,13 +46,16 @@ async def chunks(request: web.Request) -> AsyncIterator[bytes]:
         decoder = _streaming(encoding)
         if decoder is None:
             raise EngineError(f"Unknown HTTP content encoding: {encoding}", 48, "NOT_IMPLEMENTED")
+        loop = asyncio.get_running_loop()
         fed = False  # the current frame has input: it must end before the body does
         async for chunk in raw:
             data = chunk
             # a body may be several frames (clickhouse-connect compresses block by block) or
             # gzip members back to back: each one ends, the next starts on the leftover bytes
             while data:
-                out = decoder.decompress(data)
+                # in a worker thread: the previous chunk is being parsed by the engine in
+                # another one meanwhile (both release the GIL), the loop keeps receiving
+                out = await loop.run_in_executor(None, decoder.decompress, data)
                 fed = True
                 if out:
                     yield out
