@@ -14,14 +14,17 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from gpugap.errors import GpugapError
 from gpugap.services.kafka import LocalKafka, broker_ready
 from gpugap.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
+from schemas import Record, Topic, decode
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+M = TypeVar("M", bound=Record)
 
 
 def unavailable(what: str) -> None:
@@ -90,6 +93,35 @@ async def create_topics(settings: KafkaSettings, names: list[str], partitions: i
         )
     finally:
         await admin.close()
+
+
+async def read_topic(
+    kafka: KafkaSettings, topic: Topic[M], expected: int, settle_s: float = 0.0
+) -> list[M]:
+    """Every record of one of the test's topics from the start: at least ``expected`` of them
+    (and whatever else arrives within ``settle_s`` after, to catch extras)."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        topic.qualified(kafka.topic_prefix),
+        bootstrap_servers=kafka.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    out: list[M] = []
+    try:
+        async with asyncio.timeout(60 + settle_s):
+            while len(out) < expected:
+                for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                    out += [decode(topic, m.value) for m in msgs]
+            if settle_s:
+                await asyncio.sleep(settle_s)
+                for msgs in (await consumer.getmany(timeout_ms=500)).values():
+                    out += [decode(topic, m.value) for m in msgs]
+    finally:
+        await consumer.stop()
+    return out
 
 
 async def _delete_topics(bootstrap: str, prefix: str) -> None:

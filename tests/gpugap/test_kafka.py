@@ -12,10 +12,10 @@ import pytest
 from gpugap.consume import DeadLetters, RawMessage, consume
 from gpugap.publish import KafkaPublisher
 from gpugap.settings import KafkaSettings
-from schemas import DeadLetter, NodeSample, Record, decode, encode
+from schemas import DeadLetter, NodeSample, Record, encode
 from schemas.examples import node_samples
 from schemas.topics import DEAD_LETTER, SAMPLES
-from tests.conftest import create_topics
+from tests.conftest import create_topics, read_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -104,7 +104,7 @@ def test_bad_records_go_to_dead_letter_with_reasons_and_good_ones_flow(
             await pub.send(SAMPLES, good2)
         pattern = re.escape(kafka.topic_prefix) + r"gpu\.samples\.v\d+"
         good = await _collect(kafka, "dlq-test", 2, pattern=pattern, idle_timeout_s=15)
-        dead = await _read_all(kafka, kafka.topic_prefix + DEAD_LETTER.name, 5)
+        dead = await read_topic(kafka, DEAD_LETTER, 5)
         return good, dead
 
     good, dead = asyncio.run(scenario())
@@ -124,24 +124,3 @@ def test_bad_records_go_to_dead_letter_with_reasons_and_good_ones_flow(
         assert d.partition == 0 and d.offset is not None and d.consumer == "dlq-test"
         assert d.key_b64 == base64.b64encode(b"c/n").decode()
     assert sorted(d.offset for d in dead if d.source_topic == v1) == [1, 2, 3, 4]
-
-
-async def _read_all(kafka: KafkaSettings, topic: str, expected: int) -> list[DeadLetter]:
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=kafka.bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
-    await consumer.start()
-    out: list[DeadLetter] = []
-    try:
-        async with asyncio.timeout(60):
-            while len(out) < expected:
-                for msgs in (await consumer.getmany(timeout_ms=500)).values():
-                    out += [decode(DEAD_LETTER, m.value) for m in msgs]
-    finally:
-        await consumer.stop()
-    return out

@@ -21,12 +21,12 @@ from gpugap.publish import KafkaPublisher
 from gpugap.services.clickhouse.process import EmbeddedClickHouse
 from gpugap.services.kafka import free_port
 from gpugap.settings import ClickHouseSettings, KafkaSettings
-from schemas import TOPICS, decode
+from schemas import TOPICS, DeadLetter
 from schemas.examples import gpu_uuid, one_of_each
 from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
 from sinks.clickhouse import ClickHouseSink, _ms
 from sinks.warehouse import connect, migrate
-from tests.conftest import create_topics
+from tests.conftest import create_topics, read_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -234,7 +234,7 @@ def test_poison_record_is_dead_lettered_and_the_rest_stored(
     poison = poison.replace(b'"minute":"2026-11-01', b'"minute":"2206-11-01')  # past DateTime
     examples = one_of_each()
 
-    async def scenario() -> list[object]:
+    async def scenario() -> list[DeadLetter]:
         async with KafkaPublisher(topics) as pub:
             topic = MINUTES.qualified(topics.topic_prefix)
             for i in range(100):
@@ -243,14 +243,14 @@ def test_poison_record_is_dead_lettered_and_the_rest_stored(
             for name in (SLURM_JOBS.name, K8S_PODS.name, ALERTS.name):
                 await pub.send(TOPICS[name], examples[name])
         await run_sink(topics, clickhouse, idle_s=4)
-        return await _read(topics, DEAD_LETTER.qualified(topics.topic_prefix), 1)
+        return await read_topic(topics, DEAD_LETTER, 1, settle_s=1.0)
 
     dead = asyncio.run(scenario())
     assert len(dead) == 1
     d = dead[0]
-    assert base64.b64decode(d.value_b64) == poison  # type: ignore[attr-defined]
-    assert d.kind.value == "rejected" and "gpu_minutes" in d.reason  # type: ignore[attr-defined]
-    assert d.offset is not None  # type: ignore[attr-defined]
+    assert base64.b64decode(d.value_b64) == poison
+    assert d.kind.value == "rejected" and "gpu_minutes" in d.reason
+    assert d.offset is not None
     c = connect(clickhouse)
     try:
         assert c.query("SELECT count() FROM gpu_minutes FINAL").result_rows == [(99,)]
@@ -258,30 +258,6 @@ def test_poison_record_is_dead_lettered_and_the_rest_stored(
         assert c.query("SELECT count() FROM v_alerts_open").result_rows == [(1,)]
     finally:
         c.close()
-
-
-async def _read(kafka: KafkaSettings, topic: str, expected_n: int) -> list[object]:
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=kafka.bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
-    await consumer.start()
-    out: list[object] = []
-    try:
-        async with asyncio.timeout(30):
-            while len(out) < expected_n:
-                for msgs in (await consumer.getmany(timeout_ms=500)).values():
-                    out += [decode(DEAD_LETTER, m.value) for m in msgs]
-        await asyncio.sleep(1)
-        for msgs in (await consumer.getmany(timeout_ms=500)).values():
-            out += [decode(DEAD_LETTER, m.value) for m in msgs]
-    finally:
-        await consumer.stop()
-    return out
 
 
 @pytest.fixture(autouse=True)
