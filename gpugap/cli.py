@@ -254,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpugap.cli_sim import register as register_sim  # simulate, record, replay
 
     register_sim(sub, cmd)
+    from streams.cli import register as register_streams  # worker
+
+    register_streams(sub, cmd)
     return p
 
 

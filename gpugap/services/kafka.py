@@ -69,7 +69,11 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 delete.topic.enable=true
-log.retention.hours=168
+# Records carry their event time as Kafka timestamp, and replays and simulations publish
+# history weeks old: time-based retention would delete them at its next check. The local
+# broker keeps everything (a real cluster chooses per topic, or LogAppendTime).
+log.retention.ms=-1
+log.retention.bytes=-1
 """
 
 MARKER = ".complete"

@@ -1,0 +1,218 @@
+"""Scheduler events -> per-node allocation events (``gpu.allocations.v1``), and partial gangs.
+
+Pure functions (no I/O). A Slurm job becomes one allocation event per node that holds GPUs
+(with the GPU indices Slurm gave on that node); a Kubernetes pod becomes a start when it is
+bound (or first seen running) and an end when it terminates or is deleted. Allocation ids
+are ``schemas.models.slurm_allocation_id`` / ``k8s_allocation_id`` (the warehouse's ids).
+
+Partial gangs (``GangTracker``): pods of one gang (``gang_id``, ``gang_size``) where some hold
+GPUs while others are still Pending. The alert opens at the event time the first pod of an
+incomplete gang binds, and resolves when every pod is bound or none holds GPUs any more
+(the gang was deleted or finished). State is a plain JSON-able dict keyed by gang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gpugap.classify import ClassRule, Owner, classify_pod, classify_slurm
+from schemas.models import Alert, AllocationEvent, K8sPodEvent, SlurmJobEvent
+from schemas.types import (
+    AlertKind,
+    AlertState,
+    LifecycleKind,
+    PodEventKind,
+    Scheduler,
+    WorkloadClass,
+    format_utc,
+)
+
+from .core import ms
+from .detect_idle import at
+
+
+def from_slurm(ev: SlurmJobEvent, rules: Sequence[ClassRule] = ()) -> list[AllocationEvent]:
+    """One allocation event per node of the job that holds GPUs."""
+    cls = classify_slurm(
+        interactive=ev.interactive,
+        override=ev.workload_class,
+        rules=rules,
+        partition=ev.partition,
+        account=ev.account,
+        qos=ev.qos,
+        user=ev.user,
+        name=ev.job_name,
+    )
+    when = ev.start_time if ev.kind is LifecycleKind.START else ev.end_time
+    return [
+        AllocationEvent(
+            event_id=f"{ev.event_id}/{n.node}",
+            kind=ev.kind,
+            time=when or ev.time,
+            cluster=ev.cluster,
+            node=n.node,
+            scheduler=Scheduler.SLURM,
+            allocation_id=ev.allocation_id,
+            gpus=len(n.gpu_indices),
+            gpu_indices=n.gpu_indices,
+            workload_class=cls,
+            owner=ev.user,
+            team=ev.account,
+            name=ev.job_name,
+            time_limit_s=ev.time_limit_s,
+        )
+        for n in ev.nodes
+        if n.gpu_indices
+    ]
+
+
+def pod_class(ev: K8sPodEvent, rules: Sequence[ClassRule] = ()) -> WorkloadClass:
+    if ev.workload_class is not None:
+        return ev.workload_class
+    chain = [Owner(ev.owner_kind, ev.owner_name or "")] if ev.owner_kind else []
+    return classify_pod(ev.namespace, ev.name, labels={}, annotations={}, chain=chain, rules=rules)
+
+
+def from_pod(ev: K8sPodEvent, rules: Sequence[ClassRule] = ()) -> list[AllocationEvent]:
+    """Bound/running -> start, terminated/deleted -> end; pods that never held GPUs -> []."""
+    if ev.node is None or ev.gpus == 0:
+        return []
+    started = ev.kind in (PodEventKind.BOUND, PodEventKind.RUNNING)
+    return [
+        AllocationEvent(
+            event_id=ev.event_id,
+            kind=LifecycleKind.START if started else LifecycleKind.END,
+            time=ev.time,
+            cluster=ev.cluster,
+            node=ev.node,
+            scheduler=Scheduler.KUBERNETES,
+            allocation_id=ev.allocation_id,
+            gpus=ev.gpus,
+            workload_class=pod_class(ev, rules),
+            owner=ev.owner,
+            team=ev.team,
+            gang_id=ev.gang_id,
+            gang_size=ev.gang_size,
+            name=ev.name,
+            namespace=ev.namespace,
+        )
+    ]
+
+
+class GangTracker:
+    """Partial-gang alerts from pod events; ``state`` is JSON-able.
+
+    A gang is partial while some but not all of its ``gang_size`` pods hold GPUs. The alert
+    opens once a partial spell has lasted ``grace_ms`` of event time and the watermark (max
+    event time seen - ``lateness_ms``) has passed that point, so siblings binding a few
+    seconds apart, or reported a little late, raise nothing; ``opened_at`` is the event time
+    the grace ran out. It resolves at the event time the gang is complete or holds nothing.
+    """
+
+    def __init__(
+        self,
+        state: dict[str, Any] | None = None,
+        *,
+        grace_ms: int = 30_000,
+        lateness_ms: int = 120_000,
+        rules: Sequence[ClassRule] = (),
+    ) -> None:
+        self.state: dict[str, Any] = (
+            state if state is not None else {"gangs": {}, "done": {}, "max_ms": None}
+        )
+        self.grace_ms, self.lateness_ms, self.rules = grace_ms, lateness_ms, rules
+
+    def pod(self, ev: K8sPodEvent) -> list[Alert]:
+        t = ms(ev.time)
+        out = self.advance(t)  # first: spells that outlived their grace before this event
+        if ev.gang_id is not None and ev.gang_size and ev.gang_size >= 2:
+            out += self._apply(ev, t)
+        return out
+
+    def _apply(self, ev: K8sPodEvent, t: int) -> list[Alert]:
+        key = f"{ev.cluster}/{ev.gang_id}"
+        if key in self.state["done"]:
+            return []
+        g = self.state["gangs"].setdefault(
+            key,
+            {
+                "bound": {},
+                "ended": [],
+                "events": [],
+                "alert": None,
+                "since": None,
+                "size": ev.gang_size,
+                "meta": ev.model_dump(mode="json"),
+            },
+        )
+        if ev.event_id in g["events"]:
+            return []
+        g["events"].append(ev.event_id)
+        if ev.kind in (PodEventKind.BOUND, PodEventKind.RUNNING):
+            if ev.uid in g["ended"] or ev.node is None or ev.gpus == 0:
+                return []
+            g["bound"].setdefault(ev.uid, [t, ev.node, ev.gpus])
+        else:
+            g["bound"].pop(ev.uid, None)
+            if ev.uid not in g["ended"]:
+                g["ended"].append(ev.uid)
+        n = len(g["bound"])
+        partial = 0 < n < g["size"] and not g["ended"]
+        out: list[Alert] = []
+        if partial and g["since"] is None:
+            g["since"] = t
+        elif not partial:
+            g["since"] = None
+            if g["alert"] is not None:
+                out.append(self._alert(g, AlertState.RESOLVED, t))
+                g["alert"] = None
+        if (not g["bound"] and g["ended"]) or n >= g["size"]:
+            del self.state["gangs"][key]
+            self.state["done"][key] = t
+        return out
+
+    def advance(self, t: int) -> list[Alert]:
+        """Move the event-time clock: open alerts whose grace has run out."""
+        s = self.state
+        s["max_ms"] = t if s["max_ms"] is None else max(s["max_ms"], t)
+        wm = s["max_ms"] - self.lateness_ms
+        out: list[Alert] = []
+        for g in s["gangs"].values():
+            since = g["since"]
+            if since is not None and g["alert"] is None and since + self.grace_ms <= wm:
+                gpus = sum(b[2] for b in g["bound"].values())
+                g["alert"] = {"opened": since + self.grace_ms, "since": since, "gpus": gpus}
+                out.append(self._alert(g, AlertState.OPEN, since + self.grace_ms))
+        for key, done in list(s["done"].items()):
+            if done + 3_600_000 < wm:
+                del s["done"][key]
+        return out
+
+    def _alert(self, g: dict[str, Any], state: AlertState, t: int) -> Alert:
+        ev = K8sPodEvent.model_validate(g["meta"])
+        opened = at(g["alert"]["opened"])
+        nodes = sorted({b[1] for b in g["bound"].values()})
+        running = len(g["bound"])
+        gpus = sum(b[2] for b in g["bound"].values())
+        held_s = g["alert"]["gpus"] * max(0, t - g["alert"]["since"])
+        return Alert(
+            alert_id=f"partial_gang/{ev.cluster}/{ev.gang_id}/{format_utc(opened)}",
+            kind=AlertKind.PARTIAL_GANG,
+            state=state,
+            time=at(t),
+            opened_at=opened,
+            resolved_at=at(t) if state is AlertState.RESOLVED else None,
+            cluster=ev.cluster,
+            scheduler=Scheduler.KUBERNETES,
+            gang_id=ev.gang_id,
+            owner=ev.owner,
+            team=ev.team,
+            workload_class=pod_class(ev, self.rules),
+            nodes=tuple(nodes),
+            idle_gpu_hours=held_s / 1000 / 3600,
+            pending_pods=max(0, g["size"] - running),
+            running_pods=running,
+            message=f"{running} of {g['size']} pods of gang {ev.gang_id} hold {gpus} GPU(s) "
+            "while the rest are Pending",
+        )

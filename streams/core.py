@@ -1,0 +1,362 @@
+"""The pure per-node core: allocation events + node samples in event time -> GPU-minutes.
+
+No I/O, no clocks. ``NodeCore(state)`` wraps a plain JSON-able dict (what a Faust table
+stores under the node's key); every call returns what it produced (``Output``) and leaves the
+new state in ``core.state``.
+
+- **Watermark** = max event time seen on this node - ``lateness`` (default 120 s). A minute
+  is closed, and its rows emitted, once the watermark reaches its end; everything before the
+  first closed minute's start is buffered, so data out of order within the lateness is exact.
+- **Late data** (a sample wholly inside closed minutes; an allocation start or end before the
+  closed frontier) is returned in ``Output.refused`` with the reason and counted in
+  ``state["counts"]``; a late allocation event still updates the allocation from the frontier
+  on (its closed part cannot change any more).
+- **Duplicates**: allocation events by ``event_id``, samples by (GPU, time): ignored, counted.
+- **GPUs**: Slurm indices map to UUIDs from the node's own samples; Kubernetes pods get the
+  GPUs whose samples carry their (namespace, pod) attribution. Where no telemetry says which
+  GPU it is, a stable placeholder UUID stands in (``placeholder_uuid``): those rows are
+  allocated and flagged ``no_samples`` (consumption unknown, never idle or consumed).
+- **Rows**: per GPU per minute one row per allocation holding it (split at allocation
+  boundaries) and one unallocated row (``allocation_id`` None) for the seconds nobody held a
+  GPU the node reports; its consumption is unattributed use.
+- **End without start** is kept until its minute closes, then refused (nothing allocated);
+  **end before start** is refused and the allocation spans nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from schemas.models import Alert, AllocationEvent, GpuMinute, NodeSample, Record
+from schemas.types import DeadLetterKind, LifecycleKind, format_utc
+
+from . import window as W
+from .detect_idle import EPOCH, IdleConfig, at, observe
+
+MINUTE = W.MINUTE_MS
+RETAIN_MS = 10 * MINUTE  # keep ended allocations this long after the frontier (duplicates)
+TOMBSTONE_MS = 24 * 60 * MINUTE  # then remember only that they ended (late deletions, dups)
+
+
+def ms(t: datetime) -> int:
+    """Milliseconds since the epoch, exactly (no float rounding)."""
+    d = t - EPOCH
+    return (d.days * 86_400 + d.seconds) * 1000 + d.microseconds // 1000
+
+
+def placeholder_uuid(cluster: str, node: str, key: str) -> str:
+    """A stable stand-in for a GPU no telemetry has named (``GPU-`` + uuid5)."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpugap:unknown/{cluster}/{node}/{key}"))
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    lateness_ms: int = 120_000
+    default_interval_ms: int = 10_000
+    idle: IdleConfig = field(default_factory=IdleConfig)
+
+
+@dataclass(frozen=True)
+class Refused:
+    record: Record
+    kind: DeadLetterKind
+    reason: str
+
+
+@dataclass
+class Output:
+    minutes: list[GpuMinute] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    refused: list[Refused] = field(default_factory=list)
+
+    def extend(self, other: Output) -> None:
+        self.minutes += other.minutes
+        self.alerts += other.alerts
+        self.refused += other.refused
+
+
+def new_state(cluster: str, node: str) -> dict[str, Any]:
+    return {
+        "cluster": cluster,
+        "node": node,
+        "max_ms": None,  # max event time seen
+        "first_ms": None,  # earliest data before anything closed
+        "closed_ms": None,  # every minute before this is closed
+        "interval_ms": None,
+        "index": {},  # str(gpu index) -> uuid (non-MIG GPUs)
+        "known": {},  # uuid -> first millisecond it reported (capacity from there on)
+        "samples": {},  # uuid -> [[t, dt, activity, metric, memory, power], ...] sorted
+        "attrib": {},  # "namespace/pod" -> {uuid: last t}
+        "allocs": {},  # allocation id -> see _alloc
+        "ended": {},  # allocation id -> end (ms), of allocations no longer held in "allocs"
+        "idle": {},
+        "counts": {},
+    }
+
+
+class NodeCore:
+    def __init__(self, state: dict[str, Any], config: CoreConfig | None = None) -> None:
+        self.state = state
+        self.cfg = config or CoreConfig()
+
+    @classmethod
+    def new(cls, cluster: str, node: str, config: CoreConfig | None = None) -> NodeCore:
+        return cls(new_state(cluster, node), config)
+
+    # --- input ---------------------------------------------------------------------------
+
+    def _count(self, what: str, n: int = 1) -> None:
+        c = self.state["counts"]
+        c[what] = c.get(what, 0) + n
+
+    def _seen(self, t: int) -> None:
+        s = self.state
+        s["max_ms"] = t if s["max_ms"] is None else max(s["max_ms"], t)
+        if s["closed_ms"] is None:
+            s["first_ms"] = t if s["first_ms"] is None else min(s["first_ms"], t)
+
+    def sample(self, ns: NodeSample) -> Output:
+        s = self.state
+        t = ms(ns.time)
+        dt = (
+            round(ns.interval_s * 1000)
+            if ns.interval_s
+            else s["interval_ms"] or self.cfg.default_interval_ms
+        )
+        s["interval_ms"] = dt
+        closed = s["closed_ms"]
+        if closed is not None and t <= closed:
+            self._count("late_samples")
+            reason = f"sample at {format_utc(ns.time)} is in minutes already closed"
+            return Output(refused=[Refused(ns, DeadLetterKind.LATE, reason)])
+        self._count("samples")
+        self._seen(t - dt)
+        self._seen(t)
+        for g in ns.gpus:
+            if g.mig is None:
+                s["index"][str(g.index)] = g.uuid
+            s["known"].setdefault(g.uuid, t - dt)
+            buf = s["samples"].setdefault(g.uuid, [])
+            i = bisect_left(buf, t, key=lambda x: x[0])
+            if i < len(buf) and buf[i][0] == t:
+                self._count("duplicate_gpu_samples")
+                continue
+            buf.insert(i, [t, dt, g.activity, g.activity_metric, g.memory_used_mib, g.power_w])
+            a = g.attribution
+            if a is not None and a.pod:
+                s["attrib"].setdefault(f"{a.namespace or ''}/{a.pod}", {})[g.uuid] = t
+        return self.close()
+
+    def allocation(self, ev: AllocationEvent) -> Output:
+        s = self.state
+        out = Output()
+        a = s["allocs"].get(ev.allocation_id)
+        if a is not None and ev.event_id in a["events"]:
+            self._count("duplicate_events")
+            return out
+        if a is None and ev.allocation_id in s.setdefault("ended", {}):
+            # e.g. a pod's deletion long after its termination: the allocation is over
+            self._count("events_after_end")
+            return out
+        if a is None:
+            a = s["allocs"][ev.allocation_id] = _alloc(ev)
+        a["events"].append(ev.event_id)
+        t = ms(ev.time)
+        self._count("allocation_events")
+        closed = s["closed_ms"]
+        if closed is not None and t < closed:
+            self._count("late_events")
+            reason = (
+                f"allocation {ev.kind.value} at {format_utc(ev.time)} is before the closed "
+                f"minutes (up to {format_utc(at(closed))}): applied from there on only"
+            )
+            out.refused.append(Refused(ev, DeadLetterKind.LATE, reason))
+        if ev.kind is LifecycleKind.START:
+            if a["start"] is not None:  # e.g. a pod's bound and running: the first counts
+                self._count("conflicting_starts")
+                a["start"] = min(a["start"], t)
+                return out
+            a["start"] = t
+            if a["end"] is not None and a["end"] < t:
+                a["start"] = a["end"]
+                a["orphan"] = None
+                self._count("end_before_start")
+                reason = f"allocation {ev.allocation_id} ends before it starts: nothing allocated"
+                out.refused.append(Refused(ev, DeadLetterKind.REJECTED, reason))
+            else:
+                a["orphan"] = None
+        else:
+            if a["end"] is not None:
+                self._count("conflicting_ends")
+                return out
+            if a["start"] is not None and t < a["start"]:
+                self._count("end_before_start")
+                reason = f"allocation {ev.allocation_id} ends before it starts: nothing allocated"
+                out.refused.append(Refused(ev, DeadLetterKind.REJECTED, reason))
+                t = a["start"]
+            elif a["start"] is None:
+                a["orphan"] = ev.model_dump(mode="json")
+            a["end"] = t
+        if a["start"] is not None:
+            self._seen(a["start"])
+        self._seen(t)
+        out.extend(self.close())
+        return out
+
+    def advance(self, t: datetime) -> Output:
+        """Move this node's event-time clock (e.g. to the partition's max event time, so a
+        node that went quiet still closes its minutes)."""
+        s = self.state
+        t_ms = ms(t)
+        if s["max_ms"] is None or t_ms <= s["max_ms"]:
+            return Output()
+        s["max_ms"] = t_ms
+        return self.close()
+
+    # --- closing minutes -----------------------------------------------------------------
+
+    def close(self) -> Output:
+        s = self.state
+        out = Output()
+        if s["max_ms"] is None:
+            return out
+        wm = s["max_ms"] - self.cfg.lateness_ms
+        if s["closed_ms"] is None:
+            if s["first_ms"] is None:
+                return out
+            s["closed_ms"] = s["first_ms"] // MINUTE * MINUTE
+        before = s["closed_ms"]
+        while s["closed_ms"] + MINUTE <= wm:
+            m0 = s["closed_ms"]
+            rows = self._minute(m0, out)
+            out.minutes += rows
+            out.alerts += observe(
+                s["idle"], s["node"], m0, rows, allocs=s["allocs"], cfg=self.cfg.idle
+            )
+            s["closed_ms"] = m0 + MINUTE
+        if s["closed_ms"] != before or out.minutes:
+            self._prune(out)
+        return out
+
+    def _held(self, a: dict[str, Any]) -> list[str]:
+        s = self.state
+        cluster, node = s["cluster"], s["node"]
+        if a["uuids"]:
+            return list(a["uuids"])
+        if a["indices"] is not None:
+            return [
+                s["index"].get(str(i)) or placeholder_uuid(cluster, node, str(i))
+                for i in a["indices"]
+            ]
+        learned = sorted(s["attrib"].get(f"{a['namespace'] or ''}/{a['name']}", {}))
+        missing = max(0, a["gpus"] - len(learned))
+        fill = [placeholder_uuid(cluster, node, f"{a['id']}/{i}") for i in range(missing)]
+        return learned + fill
+
+    def _minute(self, m0: int, out: Output) -> list[GpuMinute]:
+        s = self.state
+        m1 = m0 + MINUTE
+        spans: dict[str, list[tuple[str, int, int]]] = {}
+        for aid, a in sorted(s["allocs"].items()):
+            if a["start"] is None:
+                continue
+            lo, hi = max(a["start"], m0), min(a["end"] if a["end"] is not None else m1, m1)
+            if hi > lo:
+                for g in self._held(a):
+                    spans.setdefault(g, []).append((aid, lo, hi))
+        gpus = {g for g, since in s["known"].items() if since < m1} | set(spans)
+        rows: list[GpuMinute] = []
+        for g in sorted(gpus):
+            buf = s["samples"].get(g, [])
+            eff = W.effective(buf)
+            for aid, lo, hi in spans.get(g, []):
+                rows.append(self._row(g, m0, W.usage([(lo, hi)], eff), hi - lo, s["allocs"][aid]))
+            if g in s["known"]:
+                held = [(lo, hi) for _, lo, hi in spans.get(g, [])]
+                free = W.complement(held, max(m0, s["known"][g]), m1)
+                if free:
+                    free_ms = sum(e - b for b, e in free)
+                    rows.append(self._row(g, m0, W.usage(free, eff), free_ms, None))
+        return rows
+
+    def _row(
+        self, g: str, m0: int, u: W.Usage, span_ms: int, a: dict[str, Any] | None
+    ) -> GpuMinute:
+        secs = span_ms / 1000
+        consumed = min(u.consumed / 1000, secs)
+        avg = u.activity_avg
+        return GpuMinute(
+            cluster=self.state["cluster"],
+            node=self.state["node"],
+            gpu_uuid=g,
+            minute=at(m0),
+            allocated_s=secs if a is not None else 0.0,
+            unallocated_s=0.0 if a is not None else secs,
+            consumed_gpu_s=consumed,
+            activity_avg=min(avg, 1.0) if avg is not None else None,
+            activity_max=u.activity_max,
+            activity_metric=u.metric,
+            memory_used_mib_avg=u.memory,
+            power_w_avg=u.power,
+            sample_count=u.sample_count,
+            no_samples=u.sample_count == 0,
+            allocation_id=a["id"] if a else None,
+            scheduler=a["scheduler"] if a else None,
+            workload_class=a["cls"] if a else None,
+            owner=a["owner"] if a else None,
+            team=a["team"] if a else None,
+            gang_id=a["gang_id"] if a else None,
+        )
+
+    def _prune(self, out: Output) -> None:
+        s = self.state
+        closed = s["closed_ms"]
+        ended = s.setdefault("ended", {})
+        for aid in [k for k, end in ended.items() if end + TOMBSTONE_MS <= closed]:
+            del ended[aid]
+        keep_from = closed - MINUTE  # the previous sample trims the next one's interval
+        for buf in s["samples"].values():
+            i = bisect_left(buf, keep_from, key=lambda x: x[0])
+            if i > 1:
+                del buf[: i - 1]
+        for aid in list(s["allocs"]):
+            a = s["allocs"][aid]
+            if a["end"] is None or a["end"] > closed:
+                continue
+            if a["start"] is None and a["orphan"] is not None:
+                self._count("end_without_start")
+                reason = f"allocation {aid} ended with no start seen: nothing allocated"
+                ev = AllocationEvent.model_validate(a["orphan"])
+                out.refused.append(Refused(ev, DeadLetterKind.REJECTED, reason))
+                a["orphan"] = None
+            if a["end"] + RETAIN_MS <= closed:
+                del s["allocs"][aid]
+                s.setdefault("ended", {})[aid] = a["end"]
+                key = f"{a['namespace'] or ''}/{a['name']}"
+                if a["indices"] is None and not a["uuids"]:
+                    s["attrib"].pop(key, None)
+
+
+def _alloc(ev: AllocationEvent) -> dict[str, Any]:
+    return {
+        "id": ev.allocation_id,
+        "cluster": ev.cluster,
+        "scheduler": ev.scheduler.value,
+        "cls": ev.workload_class.value,
+        "owner": ev.owner,
+        "team": ev.team,
+        "gang_id": ev.gang_id,
+        "name": ev.name,
+        "namespace": ev.namespace,
+        "gpus": ev.gpus,
+        "indices": list(ev.gpu_indices) if ev.gpu_indices is not None else None,
+        "uuids": list(ev.gpu_uuids) if ev.gpu_uuids else None,
+        "start": None,
+        "end": None,
+        "orphan": None,
+        "events": [],
+    }

@@ -1,0 +1,176 @@
+"""Idle-GPU episodes of one node's allocations, minute by closed minute (pure, JSON state).
+
+Matches the simulator's ground truth (producers/sim/truth.py): an idle minute is a whole UTC
+minute wholly inside an allocation, with telemetry, whose time-weighted activity is below the
+class threshold; an idle run is at least N consecutive idle minutes of one GPU; overlapping or
+adjacent runs on GPUs of the same allocation are one episode. The alert opens when the first
+run reaches N minutes (``opened_at`` = the end of that minute, in event time), updates when a
+GPU joins and every ``update_every`` minutes, and resolves once no GPU of the allocation has an
+idle run that could still join (``resolved_at`` = the end of the last idle minute, ``time``
+= the end of the minute that showed it).
+
+Episodes are per node (the core is per node); streams/merge_alerts.py merges the episodes of
+a multi-node allocation into one alert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from schemas.models import Alert, GpuMinute
+from schemas.types import AlertKind, AlertState, Scheduler, WorkloadClass, format_utc
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def at(ms: int) -> datetime:
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+@dataclass(frozen=True)
+class IdleConfig:
+    threshold: float = 0.05
+    minutes: int = 10
+    per_class_threshold: dict[str, float] = field(default_factory=dict)
+    per_class_minutes: dict[str, int] = field(default_factory=dict)
+    update_every: int = 5  # minutes between update records of an open alert
+
+    def for_class(self, cls: str | None) -> tuple[float, int]:
+        key = cls or ""
+        return (
+            self.per_class_threshold.get(key, self.threshold),
+            self.per_class_minutes.get(key, self.minutes),
+        )
+
+
+def is_idle_minute(row: GpuMinute, threshold: float) -> bool:
+    return (
+        row.allocation_id is not None
+        and row.allocated_s >= 60.0
+        and not row.no_samples
+        and row.consumed_gpu_s < threshold * 60.0
+    )
+
+
+def observe(
+    state: dict[str, Any],
+    node: str,
+    minute_ms: int,
+    rows: list[GpuMinute],
+    *,
+    allocs: dict[str, dict[str, Any]],
+    cfg: IdleConfig,
+) -> list[Alert]:
+    """Feed one closed minute's rows; returns the alert records it produced."""
+    runs: dict[str, list[int]] = state.setdefault("runs", {})
+    episodes: dict[str, dict[str, Any]] = state.setdefault("episodes", {})
+    end = minute_ms + 60_000
+    seen: dict[str, bool] = {}
+    for r in rows:
+        if r.allocation_id is None:
+            continue
+        thr, _ = cfg.for_class(r.workload_class)
+        key = f"{r.allocation_id}|{r.gpu_uuid}"
+        seen[key] = seen.get(key, False) or is_idle_minute(r, thr)
+    out: list[Alert] = []
+    for key in sorted(set(runs) | set(seen)):
+        alloc_id, gpu = key.split("|", 1)
+        _, need = cfg.for_class(allocs.get(alloc_id, {}).get("cls"))
+        if seen.get(key):
+            run = runs.setdefault(key, [minute_ms, 0])
+            run[1] += 1
+            if run[1] >= need:
+                _qualify(
+                    episodes, alloc_id, gpu, run=run, end=end, node=node, allocs=allocs, out=out
+                )
+            continue
+        run_ = runs.pop(key, None)
+        if run_ is not None and run_[1] >= need and alloc_id in episodes:
+            ep = episodes[alloc_id]
+            ep["done_s"] += run_[1] * 60
+            ep["end"] = max(ep["end"], run_[0] + run_[1] * 60_000)
+    for alloc_id in sorted(episodes):
+        ep = episodes[alloc_id]
+        live = [r for k, r in runs.items() if k.split("|", 1)[0] == alloc_id and r[0] <= ep["end"]]
+        if not live:
+            out.append(_alert(ep, AlertState.RESOLVED, end, allocs, node, resolved=True))
+            del episodes[alloc_id]
+        elif (end - ep["opened"]) // 60_000 % cfg.update_every == 0 and end > ep["opened"]:
+            out.append(_alert(ep, AlertState.UPDATE, end, allocs, node, runs=runs))
+    return out
+
+
+def _qualify(
+    episodes: dict[str, dict[str, Any]],
+    alloc_id: str,
+    gpu: str,
+    *,
+    run: list[int],
+    end: int,
+    node: str,
+    allocs: dict[str, dict[str, Any]],
+    out: list[Alert],
+) -> None:
+    ep = episodes.get(alloc_id)
+    if ep is not None and run[0] > ep["end"]:  # cannot merge: the old episode is over
+        out.append(_alert(ep, AlertState.RESOLVED, end, allocs, node, resolved=True))
+        ep = None
+    if ep is None:
+        ep = episodes[alloc_id] = {
+            "alloc": alloc_id,
+            "start": run[0],
+            "end": end,
+            "opened": end,
+            "gpus": [gpu],
+            "done_s": 0,
+        }
+        out.append(_alert(ep, AlertState.OPEN, end, allocs, node, runs={f"{alloc_id}|{gpu}": run}))
+        return
+    ep["end"] = max(ep["end"], end)
+    if gpu not in ep["gpus"]:
+        ep["gpus"] = sorted([*ep["gpus"], gpu])
+        runs = {f"{alloc_id}|{gpu}": run}
+        out.append(_alert(ep, AlertState.UPDATE, end, allocs, node, runs=runs))
+
+
+def _alert(
+    ep: dict[str, Any],
+    state: AlertState,
+    time_ms: int,
+    allocs: dict[str, dict[str, Any]],
+    node: str,
+    *,
+    runs: dict[str, list[int]] | None = None,
+    resolved: bool = False,
+) -> Alert:
+    alloc_id = ep["alloc"]
+    meta = allocs.get(alloc_id, {})
+    ongoing = sum(
+        r[1] * 60
+        for k, r in (runs or {}).items()
+        if k.split("|", 1)[0] == alloc_id and k.split("|", 1)[1] in ep["gpus"]
+    )
+    idle_s = ep["done_s"] + ongoing
+    start = at(ep["start"])
+    return Alert(
+        alert_id=f"idle_gpu/{alloc_id}/{node}/{format_utc(start)}",
+        kind=AlertKind.IDLE_GPU,
+        state=state,
+        time=at(time_ms),
+        opened_at=at(ep["opened"]),
+        resolved_at=at(ep["end"]) if resolved else None,
+        cluster=meta.get("cluster") or alloc_id.split("/")[1],
+        scheduler=Scheduler(meta.get("scheduler") or "slurm"),
+        allocation_id=alloc_id,
+        gang_id=meta.get("gang_id"),
+        owner=meta.get("owner"),
+        team=meta.get("team"),
+        workload_class=WorkloadClass(meta["cls"]) if meta.get("cls") else None,
+        nodes=(node,),
+        gpus=tuple(ep["gpus"]),
+        idle_minutes=(ep["end"] - ep["start"]) // 60_000,
+        idle_gpu_hours=idle_s / 3600,
+        message=f"{len(ep['gpus'])} GPU(s) idle since {format_utc(start)}",
+    )

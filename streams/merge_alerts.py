@@ -1,0 +1,106 @@
+"""Per-node idle episodes -> one alert per allocation episode (pure, JSON-able state).
+
+The core is per node, so a multi-node allocation idle on several nodes reports one episode
+per node; the ground truth (and the person paged) wants one: overlapping episodes of the same
+allocation merge. The merged alert opens with the first node's episode, updates as nodes
+join or report, and resolves when every node's episode has resolved. Its id is
+``idle_gpu/<allocation>/<episode start>``: deterministic, so a replay never opens it twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from schemas.models import Alert
+from schemas.types import AlertKind, AlertState, format_utc
+
+
+def episode_start(alert: Alert) -> str:
+    return alert.alert_id.rsplit("/", 1)[1]
+
+
+class AlertMerger:
+    def __init__(self, state: dict[str, Any] | None = None) -> None:
+        self.state: dict[str, Any] = state if state is not None else {}
+
+    def feed(self, alert: Alert) -> list[Alert]:
+        if alert.kind is not AlertKind.IDLE_GPU or alert.allocation_id is None:
+            return [alert]
+        aid = alert.allocation_id
+        node = alert.nodes[0] if alert.nodes else ""
+        start = episode_start(alert)
+        out: list[Alert] = []
+        m = self.state.get(aid)
+        if m is not None and m["pending"] and start > m["end"]:
+            out.append(self._resolve(aid, alert.time))  # the new one cannot merge
+            m = None
+        if m is None:
+            if alert.state is not AlertState.OPEN:
+                return out  # the tail of an episode already merged and resolved
+            m = self.state[aid] = {
+                "start": start,
+                "end": start,
+                "pending": False,
+                "nodes": {},
+                "last": alert.model_dump(mode="json"),
+            }
+            state = AlertState.OPEN
+        else:
+            state = AlertState.UPDATE
+        n = m["nodes"].setdefault(node, {})
+        n.update(
+            gpus=list(alert.gpus),
+            idle_h=alert.idle_gpu_hours,
+            open=alert.state is not AlertState.RESOLVED,
+        )
+        m["start"] = min(m["start"], start)
+        if alert.resolved_at is not None:
+            m["end"] = max(m["end"], format_utc(alert.resolved_at))
+        m.setdefault("opened", format_utc(alert.opened_at))
+        m["last"] = alert.model_dump(mode="json")
+        # every node's episode is over; an idle run on another node that started before the
+        # end may still qualify (within N minutes): resolve once the watermark is past that
+        m["pending"] = not any(x["open"] for x in m["nodes"].values())
+        out.append(self._alert(alert, m, state))
+        return out
+
+    def tick(self, watermark_ms: int, need_ms: dict[str, int]) -> list[Alert]:
+        """Resolve merged episodes no idle run can join any more (``need_ms``: the idle
+        minutes of each allocation's class, in ms)."""
+        out = []
+        for aid in sorted(self.state):
+            m = self.state[aid]
+            end = datetime.fromisoformat(m["end"].replace("Z", "+00:00"))
+            end_ms = int(end.timestamp() * 1000)
+            if m["pending"] and watermark_ms >= end_ms + need_ms.get(aid, 0):
+                out.append(self._resolve(aid, None))
+        return out
+
+    def _resolve(self, aid: str, time: datetime | None) -> Alert:
+        m = self.state.pop(aid)
+        last = Alert.model_validate(m["last"])
+        if time is not None and time > last.time:
+            last = last.model_copy(update={"time": time})
+        return self._alert(last, m, AlertState.RESOLVED)
+
+    def _alert(self, a: Alert, m: dict[str, Any], state: AlertState) -> Alert:
+        nodes = m["nodes"]
+        gpus = sorted({g for x in nodes.values() for g in x["gpus"]})
+        start = datetime.fromisoformat(m["start"].replace("Z", "+00:00"))
+        end = datetime.fromisoformat(m["end"].replace("Z", "+00:00"))
+        resolved = state is AlertState.RESOLVED
+        minutes = int((end - start).total_seconds() // 60) if resolved else a.idle_minutes
+        return a.model_copy(
+            update={
+                "alert_id": f"idle_gpu/{a.allocation_id}/{m['start']}",
+                "state": state,
+                "opened_at": datetime.fromisoformat(m["opened"].replace("Z", "+00:00")),
+                "resolved_at": end if resolved else None,
+                "nodes": tuple(sorted(nodes)),
+                "gpus": tuple(gpus),
+                "idle_minutes": max(minutes, a.idle_minutes),
+                "idle_gpu_hours": sum(x["idle_h"] for x in nodes.values()),
+                "message": f"{len(gpus)} GPU(s) on {len(nodes)} node(s) idle since {m['start']}",
+            }
+        )

@@ -1,0 +1,130 @@
+"""Routing records to the pure steps: one ``Processor`` holds the per-node cores and the gang
+tracker of one worker (or one partition), with no I/O. Both runners (the asyncio worker in
+streams/worker.py and the Faust app in streams/app.py) are thin adapters around it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpugap.classify import ClassRule
+from schemas.models import (
+    Alert,
+    AllocationEvent,
+    K8sPodEvent,
+    NodeSample,
+    Record,
+    SlurmJobEvent,
+)
+
+from .allocate import GangTracker, from_pod, from_slurm
+from .core import CoreConfig, NodeCore, Output, ms
+from .merge_alerts import AlertMerger
+
+
+@dataclass
+class Result(Output):
+    allocations: list[AllocationEvent] = field(default_factory=list)
+
+    def add(self, other: Output) -> None:
+        self.extend(other)
+        if isinstance(other, Result):
+            self.allocations += other.allocations
+
+
+class Processor:
+    def __init__(
+        self,
+        config: CoreConfig | None = None,
+        rules: Sequence[ClassRule] = (),
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        self.cfg = config or CoreConfig()
+        self.rules = rules
+        state = state or {"nodes": {}, "gangs": None, "max_ms": None, "merge": {}}
+        self.state = state
+        self.merger = AlertMerger(state.setdefault("merge", {}))
+        self.cores = {k: NodeCore(v, self.cfg) for k, v in state["nodes"].items()}
+        self.gangs = GangTracker(state["gangs"], lateness_ms=self.cfg.lateness_ms, rules=rules)
+        state["gangs"] = self.gangs.state
+
+    def core(self, cluster: str, node: str) -> NodeCore:
+        key = f"{cluster}/{node}"
+        c = self.cores.get(key)
+        if c is None:
+            c = self.cores[key] = NodeCore.new(cluster, node, self.cfg)
+            self.state["nodes"][key] = c.state
+        return c
+
+    def _seen(self, t: int) -> None:
+        m = self.state["max_ms"]
+        self.state["max_ms"] = t if m is None else max(m, t)
+
+    def handle(self, rec: Record) -> Result:
+        out = self._handle(rec)
+        out.alerts = [m for a in out.alerts for m in self.merger.feed(a)]
+        return out
+
+    def _handle(self, rec: Record) -> Result:
+        out = Result()
+        if isinstance(rec, NodeSample):
+            t = ms(rec.time)
+            self._seen(t)
+            out.alerts += self.gangs.advance(t)
+            out.add(self.core(rec.cluster, rec.node).sample(rec))
+            return out
+        if isinstance(rec, SlurmJobEvent):
+            allocs = from_slurm(rec, self.rules)
+        elif isinstance(rec, K8sPodEvent):
+            allocs = from_pod(rec, self.rules)
+            out.alerts += self.gangs.pod(rec)
+        elif isinstance(rec, AllocationEvent):
+            allocs = [rec]
+        else:
+            return out
+        self._seen(ms(rec.time))
+        out.allocations += allocs if not isinstance(rec, AllocationEvent) else []
+        for a in allocs:
+            out.add(self.core(a.cluster, a.node).allocation(a))
+        return out
+
+    def advance(self, extra_ms: int = 0) -> Result:
+        """Bring every node to the max event time seen (+ ``extra_ms``): a node that went
+        quiet still closes its minutes. ``extra_ms = lateness`` closes everything seen."""
+        out = Result()
+        m = self.state["max_ms"]
+        if m is None:
+            return out
+        from .detect_idle import at
+
+        t = at(m + extra_ms)
+        for key in sorted(self.cores):
+            out.add(self.cores[key].advance(t))
+        out.alerts += self.gangs.advance(m + extra_ms)
+        out.alerts = [m for a in out.alerts for m in self.merger.feed(a)]
+        out.alerts += self._tick(m + extra_ms - self.cfg.lateness_ms, final=extra_ms > 0)
+        return out
+
+    def _tick(self, watermark_ms: int, *, final: bool = False) -> list[Alert]:
+        need: dict[str, int] = {}
+        for aid, m in self.merger.state.items():
+            cls = m["last"].get("workload_class")
+            need[aid] = 0 if final else self.cfg.idle.for_class(cls)[1] * 60_000
+        return self.merger.tick(watermark_ms, need)
+
+    def counts(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for c in self.cores.values():
+            for k, v in c.state["counts"].items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def open_minutes(self) -> int:
+        """Minutes seen but not closed yet, over all nodes (a lag signal)."""
+        n = 0
+        for c in self.cores.values():
+            s = c.state
+            if s["max_ms"] is not None and s["closed_ms"] is not None:
+                n += max(0, (s["max_ms"] - s["closed_ms"]) // 60_000)
+        return n

@@ -1,0 +1,93 @@
+"""One GPU, one minute: allocated / unallocated seconds and time-weighted consumption.
+
+Pure arithmetic on integer milliseconds. A sample at ``t`` with interval ``dt`` describes
+``(t - dt, t]``; where consecutive samples' intervals overlap (an interval longer than the
+real gap) the later one starts at the earlier one's time, so no second is counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: one buffered sample of one GPU: [t_ms, dt_ms, activity, metric, memory_mib, power_w]
+Sample = list[float | int | str | None]
+
+MINUTE_MS = 60_000
+
+
+@dataclass(slots=True)
+class Usage:
+    """What the samples say about one span of one GPU."""
+
+    sample_count: int = 0
+    covered_ms: int = 0  # milliseconds with an activity value
+    consumed: float = 0.0  # activity x milliseconds
+    activity_max: float | None = None
+    metric: str | None = None
+    memory: float | None = None  # time-weighted average
+    power: float | None = None
+
+    @property
+    def activity_avg(self) -> float | None:
+        return self.consumed / self.covered_ms if self.covered_ms else None
+
+
+def effective(samples: Sequence[Sample]) -> list[tuple[int, int, Sample]]:
+    """(start_ms, end_ms, sample) with overlapping intervals trimmed; samples sorted by t."""
+    out: list[tuple[int, int, Sample]] = []
+    prev: int | None = None
+    for s in samples:
+        t, dt = int(s[0] or 0), int(s[1] or 0)
+        start = t - dt if prev is None else max(t - dt, prev)
+        if t > start:
+            out.append((start, t, s))
+        prev = t
+    return out
+
+
+def usage(spans: Sequence[tuple[int, int]], eff: Sequence[tuple[int, int, Sample]]) -> Usage:
+    """Time-weight the samples over the union of ``spans`` (disjoint [start, end) in ms)."""
+    u = Usage()
+    mem_w = pow_w = 0
+    mem_sum = pow_sum = 0.0
+    metric_ms: dict[str, int] = {}
+    for lo, hi in spans:
+        for start, end, s in eff:
+            ov = min(end, hi) - max(start, lo)
+            if ov <= 0:
+                continue
+            u.sample_count += 1
+            act, metric, mem, pw = s[2], s[3], s[4], s[5]
+            if isinstance(act, (int, float)):
+                u.covered_ms += ov
+                u.consumed += float(act) * ov
+                u.activity_max = max(float(act), u.activity_max or 0.0)
+                if isinstance(metric, str):
+                    metric_ms[metric] = metric_ms.get(metric, 0) + ov
+            if isinstance(mem, (int, float)):
+                mem_sum += float(mem) * ov
+                mem_w += ov
+            if isinstance(pw, (int, float)):
+                pow_sum += float(pw) * ov
+                pow_w += ov
+    if metric_ms:
+        u.metric = max(sorted(metric_ms), key=lambda k: metric_ms[k])
+    u.memory = mem_sum / mem_w if mem_w else None
+    u.power = pow_sum / pow_w if pow_w else None
+    return u
+
+
+def complement(spans: Sequence[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The parts of [lo, hi) that none of ``spans`` covers."""
+    out: list[tuple[int, int]] = []
+    cur = lo
+    for s, e in sorted(spans):
+        if s > cur:
+            out.append((cur, min(s, hi)))
+        cur = max(cur, e)
+        if cur >= hi:
+            break
+    if cur < hi:
+        out.append((cur, hi))
+    return [(s, e) for s, e in out if e > s]

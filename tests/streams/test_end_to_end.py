@@ -1,0 +1,229 @@
+"""Simulator -> real Kafka -> worker -> ClickHouse sink -> views == the simulator's truth."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpugap.consume import DeadLetters
+from gpugap.publish import KafkaPublisher
+from gpugap.services.kafka import free_port
+from gpugap.settings import ClickHouseSettings, KafkaSettings, Settings
+from producers.base import run_producer
+from producers.simulate import Simulator
+from schemas import TOPICS
+from sinks.clickhouse import ClickHouseSink
+from sinks.warehouse import connect
+from streams.worker import Worker
+
+pytestmark = pytest.mark.kafka
+
+
+async def create_topics(settings: KafkaSettings, names: list[str]) -> None:
+    """Like tests.conftest.create_topics, but keeping records forever: the simulator stamps
+    records with their event time (weeks ago), which the broker's time-based retention
+    (168 h) would otherwise delete at its next check, under the worker's feet."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [
+                NewTopic(settings.topic_prefix + n, 1, 1, topic_configs={"retention.ms": "-1"})
+                for n in names
+            ]
+        )
+    finally:
+        await admin.close()
+
+
+def utc(s: str) -> datetime:
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+async def pipeline(kafka: KafkaSettings, ch: ClickHouseSettings, truth: Path) -> dict[str, Any]:
+    await create_topics(kafka, list(TOPICS))
+    t0 = time.perf_counter()
+    sim = Simulator(Settings(kafka=kafka), "small", speed=None, truth=truth)
+    await run_producer(sim, KafkaPublisher(kafka))
+    t1 = time.perf_counter()
+    async with KafkaPublisher(kafka) as pub:
+        worker = Worker(kafka, pub, idle_flush_s=1.0, idle_timeout_s=2.0)
+        await worker.run()
+    t2 = time.perf_counter()
+    await store(kafka, ch)
+    t3 = time.perf_counter()
+    return {
+        "simulate_s": t1 - t0,
+        "worker_s": t2 - t1,
+        "sink_s": t3 - t2,
+        "worker": worker.stats,
+        "dead": dict(worker.dl.counts),
+    }
+
+
+def close(got: float, want: float) -> bool:
+    return abs(got - want) <= 0.001 * abs(want) + 1e-6
+
+
+def test_small_scenario_matches_ground_truth(
+    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
+) -> None:
+    truth_path = tmp_path / "truth.json"
+    run = asyncio.run(pipeline(kafka, clickhouse, truth_path))
+    assert run["dead"].get("late", 0) == 0
+    verify(clickhouse, json.loads(truth_path.read_text()))
+    print(
+        f"simulate {run['simulate_s']:.1f}s, worker {run['worker_s']:.1f}s, "
+        f"sink {run['sink_s']:.1f}s, {run['worker'].messages} messages"
+    )
+
+
+def test_worker_killed_twice_gives_the_same_totals_and_alerts(
+    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
+) -> None:
+    asyncio.run(create_topics(kafka, list(TOPICS)))
+    truth = tmp_path / "truth.json"
+    env = {
+        **os.environ,
+        "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
+        "GPUGAP_LOG_LEVEL": os.environ.get("E2E_LOG_LEVEL", "WARNING"),
+    }
+    gpugap = [sys.executable, "-m", "gpugap"]
+    # the whole window first, then workers that catch up: at replay speed 120 s of allowed
+    # lateness is a fraction of a wall second, so a live run at 600x would test the broker's
+    # fetch timing, not the worker
+    sim = [*gpugap, "simulate", "--scenario", "small", "--as-fast-as-possible"]
+    subprocess.run([*sim, "--truth", str(truth)], env=env, timeout=120, check=True)
+    rng = random.Random()
+    for _ in range(2):
+        port = free_port()
+        worker = subprocess.Popen(
+            [
+                *gpugap,
+                "worker",
+                "--http",
+                f"127.0.0.1:{port}",
+                "--max-records",
+                "50",
+                "--commit-interval",
+                "0.1",
+            ],
+            env=env,
+        )
+        deadline, seen = time.monotonic() + 30, 0
+        while time.monotonic() < deadline and worker.poll() is None and seen == 0:
+            seen = processed(port)  # 0 until it has processed its first records
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 0.5))  # then a random point while it catches up
+        worker.kill()  # SIGKILL: no clean shutdown, no last commit
+        worker.wait()
+    final = subprocess.run(
+        [*gpugap, "worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3"],
+        env=env,
+        timeout=180,
+        check=True,
+    )
+    assert final.returncode == 0
+    asyncio.run(store(kafka, clickhouse))
+    # KNOWN GAP: after a kill an idle episode may be reported as two alerts (the replay
+    # splits it); totals are exact, and every episode still has an alert
+    verify(clickhouse, json.loads(truth.read_text()), alerts_exactly_once=True)
+
+
+def processed(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("gpugap_worker_processed_total "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+async def store(kafka: KafkaSettings, ch: ClickHouseSettings) -> None:
+    sink = ClickHouseSink(ch, max_age_s=0.5)
+    async with KafkaPublisher(kafka) as dlq:
+        await sink.run(kafka, DeadLetters(dlq, "sink", kafka.topic_prefix), idle_timeout_s=3.0)
+
+
+def verify(
+    clickhouse: ClickHouseSettings, truth: dict[str, Any], *, alerts_exactly_once: bool = True
+) -> None:
+    w0, w1 = utc(truth["window"]["start"]), utc(truth["window"]["end"])
+    client = connect(clickhouse)
+    try:
+        rows = client.query(
+            "SELECT workload_class, scheduler, team, allocation_id, sum(allocated_gpu_h), "
+            "sum(consumed_gpu_h) FROM v_capacity_gap WHERE hour >= %(a)s AND hour < %(b)s "
+            "GROUP BY workload_class, scheduler, team, allocation_id",
+            parameters={"a": w0.replace(tzinfo=None), "b": w1.replace(tzinfo=None)},
+        ).result_rows
+        alerts = client.query(
+            "SELECT alert_id, kind, state, opened_at, resolved_at, allocation_id, gang_id "
+            "FROM v_alerts"
+        ).result_rows
+    finally:
+        client.close()
+    dims = {"by_class": 0, "by_scheduler": 1, "by_team": 2}
+    for name, i in dims.items():
+        got: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for r in rows:
+            got[r[i]][0] += r[4] * 3600
+            got[r[i]][1] += r[5] * 3600
+        for k, want in truth[name].items():
+            assert close(got[k][0], want["allocated_gpu_s"]), (name, k, got[k], want)
+            assert close(got[k][1], want["consumed_gpu_s"]), (name, k, got[k], want)
+    per_alloc = {r[3]: (r[4] * 3600, r[5] * 3600) for r in rows}
+    for a in truth["allocations"]:
+        g = per_alloc.get(a["id"], (0.0, 0.0))
+        assert close(g[0], a["allocated_gpu_s"]) and close(g[1], a["consumed_gpu_s"]), (a, g)
+    assert set(per_alloc) == {a["id"] for a in truth["allocations"]}
+
+    # every idle episode and partial gang: exactly one alert, in time, resolved when it ended
+    n = truth["idle"]["minutes"]
+    idle = [a for a in alerts if a[1] == "idle_gpu"]
+    matched = set()
+    for ep in truth["idle_episodes"]:
+        s, e = utc(ep["start"]), utc(ep["end"])
+        mine = [
+            a
+            for a in idle
+            if a[5] == ep["allocation_id"]
+            and a[3].replace(tzinfo=UTC).timestamp() <= e.timestamp()
+            and (a[4] is None or a[4].replace(tzinfo=UTC) >= s)
+        ]
+        if not alerts_exactly_once:
+            assert mine, ep
+            matched |= {x[0] for x in mine}
+            continue
+        assert len(mine) == 1, (ep, mine)
+        a = mine[0]
+        matched.add(a[0])
+        crossed = s.timestamp() + 60 * n
+        assert a[3].replace(tzinfo=UTC).timestamp() <= crossed + 60, (ep, a)
+        if e < w1:
+            assert a[2] == "resolved" and a[4].replace(tzinfo=UTC) == e, (ep, a)
+    assert matched == {a[0] for a in idle}, "an alert without an episode"
+    gangs = [a for a in alerts if a[1] == "partial_gang"]
+    assert len(gangs) == len(truth["partial_gangs"])
+    for g in truth["partial_gangs"]:
+        [a] = [x for x in gangs if x[6] == g["gang_id"]]
+        assert a[3].replace(tzinfo=UTC).timestamp() <= utc(g["start"]).timestamp() + 60
+        if g["end"] is not None:
+            assert a[2] == "resolved" and a[4].replace(tzinfo=UTC) == utc(g["end"])
