@@ -10,6 +10,7 @@ import base64
 import gzip
 import json
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -471,3 +472,29 @@ def test_bodies_of_several_frames_split_anywhere_arrive_whole(
         headers={"Content-Encoding": encoding},
     )
     assert r.status_code != 200
+
+
+def test_a_client_that_drops_mid_insert_leaves_the_endpoint_serving(
+    client: Any, clickhouse: ClickHouseSettings
+) -> None:
+    import socket
+    from urllib.parse import urlparse
+
+    if not clickhouse.url.startswith("http://127.0.0.1"):
+        pytest.skip("tests the embedded endpoint's engine lock")
+    client.command("CREATE TABLE dropped (n UInt32) ENGINE = MergeTree ORDER BY n")
+    url = urlparse(clickhouse.url)
+    token = base64.b64encode(f"{clickhouse.user}:{_password(clickhouse)}".encode()).decode()
+    head = (
+        f"POST /?database={clickhouse.database}&query=INSERT%20INTO%20dropped%20FORMAT%20CSV"
+        f" HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {token}\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = "".join(f"{i}\n" for i in range(1000)).encode()
+    with socket.create_connection((url.hostname, url.port)) as s:
+        s.sendall(head.encode() + f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        time.sleep(0.5)  # the insert is open in the engine, holding it
+    # the connection is gone mid-body: the insert is cancelled and the engine free again
+    started = time.monotonic()
+    assert client.query("SELECT count() FROM dropped").result_rows == [(0,)]
+    assert time.monotonic() - started < 10

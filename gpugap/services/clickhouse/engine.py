@@ -149,20 +149,27 @@ class Insert:
         self._database, self._applied = database, applied
         self._started = time.perf_counter()
         self._open = True
+        # append/finish/cancel may come from different threads: one at a time, so a cancel
+        # after a dropped connection waits for the append in flight instead of racing it
+        self._mutex = threading.Lock()
 
     def append(self, chunk: bytes) -> None:
-        try:
-            self._inserter.append(chunk)
-        except Exception as exc:
-            raise EngineError(_strip_wrapper(str(exc))) from None
+        with self._mutex:
+            if not self._open:
+                raise EngineError("the insert was already finished or cancelled")
+            try:
+                self._inserter.append(chunk)
+            except Exception as exc:
+                raise EngineError(_strip_wrapper(str(exc))) from None
 
     def finish(self) -> Outcome:
-        try:
-            result = self._inserter.finish()
-        except Exception as exc:
-            raise EngineError(_strip_wrapper(str(exc))) from None
-        finally:
-            self._release()
+        with self._mutex:
+            try:
+                result = self._inserter.finish()
+            except Exception as exc:
+                raise EngineError(_strip_wrapper(str(exc))) from None
+            finally:
+                self._release()
         return Outcome(
             rows_written=result.rows_written,
             bytes_written=result.bytes_written,
@@ -170,10 +177,14 @@ class Insert:
         )
 
     def cancel(self) -> None:
-        try:
-            self._inserter.cancel()
-        finally:
-            self._release()
+        """Idempotent; always releases the engine, whatever state the insert is in."""
+        with self._mutex:
+            if not self._open:
+                return
+            try:
+                self._inserter.cancel()
+            finally:
+                self._release()
 
     def _release(self) -> None:
         if self._open:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hmac
 import json
 import logging
@@ -246,10 +245,11 @@ class Endpoint:
                 pending = None
             return await loop.run_in_executor(None, ins.finish)
         except BaseException:
-            if pending is not None:
-                with contextlib.suppress(BaseException):
-                    await pending
-            await loop.run_in_executor(None, ins.cancel)
+            # synchronous on purpose: even a cancelled request must hand the engine back
+            # (cancel waits for an append still in flight, then releases the lock)
+            ins.cancel()
+            if pending is not None:  # its error, if any, is this one's consequence
+                pending.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
 
     @staticmethod
