@@ -83,10 +83,15 @@ def _say(msg: str) -> None:
 
 
 def insert_throughput(settings: ClickHouseSettings, rows: int, repeats: int) -> dict[str, float]:
-    """Rows/s for the same Native bytes: through the endpoint with clickhouse-connect's
-    default lz4 (as the sink sends them), uncompressed, and straight into chDB in-process."""
+    """Rows/s for the same Native bytes straight into chDB in-process and through the
+    endpoint: with clickhouse-connect (lz4, its default, and plain) and with a bare HTTP POST;
+    plus the endpoint's own time per insert (its X-ClickHouse-Summary), to separate what the
+    endpoint costs from what the client library costs."""
+    import json
+
     import chdb
     import clickhouse_connect
+    import requests
 
     client = connect(settings)
     native = client.raw_query(
@@ -102,21 +107,56 @@ def insert_throughput(settings: ClickHouseSettings, rows: int, repeats: int) -> 
     ]
     client.command("CREATE TABLE IF NOT EXISTS bench_insert AS gpu_minutes")
     plain = clickhouse_connect.get_client(**{**client_options(settings), "compress": False})
-    rates: dict[str, list[float]] = {"endpoint, lz4": [], "endpoint, plain": [], "chDB": []}
+    statement = f"INSERT INTO bench_insert ({', '.join(cols)})"
+    pw = settings.password.get_secret_value() if settings.password else ""
+    rates: dict[str, list[float]] = {
+        "chDB in-process": [],
+        "clickhouse-connect, lz4": [],
+        "clickhouse-connect, plain": [],
+        "HTTP POST, plain": [],
+        "endpoint's own time": [],
+    }
+
+    def post() -> None:
+        r = requests.post(
+            settings.url,
+            data=native,
+            auth=(settings.user, pw),
+            timeout=600,
+            params={"database": settings.database, "query": statement + " FORMAT Native"},
+        )
+        r.raise_for_status()
+        elapsed = int(json.loads(r.headers["X-ClickHouse-Summary"])["elapsed_ns"]) / 1e9
+        rates["endpoint's own time"].append(rows / elapsed)
+
     with tempfile.TemporaryDirectory(prefix="gpugap-chdb-") as tmp:
         conn = chdb.connect(tmp)
         ddl = next(s for s in migrations()[0].statements() if "EXISTS gpu_minutes" in s)
         conn.query(ddl.replace("gpu_minutes", "bench_insert"))
         for _ in range(repeats):
-            for name, c in (("endpoint, lz4", client), ("endpoint, plain", plain)):
-                t = time.perf_counter()
-                c.raw_insert("bench_insert", cols, insert_block=native, fmt="Native")
-                rates[name].append(rows / (time.perf_counter() - t))
             t = time.perf_counter()
-            with conn.send_insert(f"INSERT INTO bench_insert ({', '.join(cols)})", "Native") as ins:
+            with conn.send_insert(statement, "Native") as ins:
                 ins.append(native)
                 ins.finish()
-            rates["chDB"].append(rows / (time.perf_counter() - t))
+            rates["chDB in-process"].append(rows / (time.perf_counter() - t))
+            for name, send in (
+                (
+                    "clickhouse-connect, lz4",
+                    lambda: client.raw_insert(
+                        "bench_insert", cols, insert_block=native, fmt="Native"
+                    ),
+                ),
+                (
+                    "clickhouse-connect, plain",
+                    lambda: plain.raw_insert(
+                        "bench_insert", cols, insert_block=native, fmt="Native"
+                    ),
+                ),
+                ("HTTP POST, plain", post),
+            ):
+                t = time.perf_counter()
+                send()
+                rates[name].append(rows / (time.perf_counter() - t))
         conn.close()
     client.command("DROP TABLE bench_insert")
     client.close()
@@ -198,10 +238,10 @@ def main(row_counts: list[int], repeats: int, url: str | None) -> int:
             admin.close()
             migrate(settings)
             rates = insert_throughput(settings, 1_000_000, repeats)
-            direct = rates["chDB"]
+            direct = rates["chDB in-process"]
             print(f"insert, 1M GPU-minute rows as Native, 130 MB (median of {repeats}):")
             for name, rate in rates.items():
-                print(f"  {name:<16} {rate:>12,.0f} rows/s   ratio to chDB {rate / direct:.2f}")
+                print(f"  {name:<26} {rate:>12,.0f} rows/s   ratio to chDB {rate / direct:.2f}")
             client = connect(settings)
             loaded = 0
             for target in sorted(row_counts):
