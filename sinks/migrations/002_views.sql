@@ -83,8 +83,9 @@ WHERE scheduler = 'slurm' AND elapsed_s IS NOT NULL AND time_limit_s > 0;
 CREATE OR REPLACE VIEW v_idle_now AS
 WITH (
     -- each step narrows the next one's range: the latest day, its latest hour, its minute
+    -- (conditions on toStartOfHour(minute) itself: the key's first column, so they prune)
     SELECT max(minute) FROM gpu_minutes
-    WHERE minute >= (
+    WHERE toStartOfHour(minute) >= (
         SELECT max(hour) FROM gpu_hours WHERE hour >= (SELECT max(day) FROM gpu_days)
     ) - INTERVAL 1 HOUR
 ) AS latest
@@ -95,7 +96,8 @@ SELECT
     sum(consumed_ms) / greatest(sum(allocated_ms), 1) AS activity,
     sum(allocated_ms) / 3600000 AS allocated_gpu_h
 FROM gpu_minutes FINAL
-WHERE minute > latest - INTERVAL 15 MINUTE AND allocation_id != '' AND no_samples = 0
+WHERE toStartOfHour(minute) >= toStartOfHour(latest - INTERVAL 15 MINUTE)
+    AND minute > latest - INTERVAL 15 MINUTE AND allocation_id != '' AND no_samples = 0
 GROUP BY cluster, allocation_id
 HAVING last_minute = latest AND max(consumed_ms / greatest(allocated_ms, 1)) < 0.05;
 
