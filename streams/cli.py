@@ -20,7 +20,14 @@ def register(sub: Any, cmd: Cmd) -> None:
         "join samples with Slurm/Kubernetes allocations into gpu.minutes, allocations and "
         "alerts (event time; commits offsets after the outputs are acknowledged)",
     )
-    w.add_argument("--group", default="gpugap-worker", help="consumer group")
+    w.add_argument("--group", default="gpugap-worker", help="consumer group / Faust app id")
+    w.add_argument(
+        "--engine",
+        choices=["faust", "asyncio"],
+        default="faust",
+        help="faust (default: the Faust app, state in a changelog table) or asyncio "
+        "(a plain aiokafka loop owning every partition)",
+    )
     w.add_argument(
         "--lateness", type=float, default=120.0, metavar="S", help="allowed lateness (seconds)"
     )
@@ -52,48 +59,66 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from gpugap.publish import KafkaPublisher
     from gpugap.settings import load
     from streams.core import CoreConfig
-    from streams.worker import Worker, serve_http
 
     settings = load()
     logging.getLogger("streams").setLevel(settings.log_level)
     config = CoreConfig(lateness_ms=round(args.lateness * 1000))
+    web = None
+    if args.http:
+        host, _, port = args.http.rpartition(":")
+        web = (host or "127.0.0.1", int(port))
+    if args.engine == "faust":
+        from streams.app import AppOptions, run
 
-    async def run() -> Worker:
-        async with KafkaPublisher(settings.kafka) as pub:
-            worker = Worker(
-                settings.kafka,
-                pub,
-                group=args.group,
-                config=config,
-                idle_flush_s=args.idle_flush,
-                idle_timeout_s=args.idle_timeout,
-                max_records=args.max_records,
-                commit_interval_s=args.commit_interval,
-            )
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, worker.stop.set)
-            server = None
-            if args.http:
-                host, _, port = args.http.rpartition(":")
-                server = await serve_http(worker, host or "127.0.0.1", int(port))
-            try:
-                await worker.run()
-            finally:
-                if server is not None:
-                    server.close()
-                    await server.wait_closed()
-            return worker
-
-    worker = asyncio.run(run())
-    s = worker.stats
+        opts = AppOptions(
+            group=args.group,
+            config=config,
+            max_records=args.max_records,
+            commit_interval_s=args.commit_interval,
+            idle_flush_s=args.idle_flush,
+            idle_timeout_s=args.idle_timeout,
+            web=web,
+        )
+        join = run(settings, opts, loglevel=settings.log_level).join
+    else:
+        join = asyncio.run(_asyncio_worker(settings, args, config, web)).join
+    s = join.stats
     print(
         f"worker: {s.messages:,} messages ({s.gpu_samples:,} GPU samples) -> "
         + ", ".join(f"{k}: {v:,}" for k, v in sorted(s.counts.items()))
-        + f"; dead letters {dict(worker.dl.counts)}",
+        + f"; dead letters {dict(join.dl.counts)}",
         file=sys.stderr,
     )
     return 0
+
+
+async def _asyncio_worker(
+    settings: Any, args: argparse.Namespace, config: Any, web: tuple[str, int] | None
+) -> Any:
+    from gpugap.publish import KafkaPublisher
+    from streams.worker import Worker, serve_http
+
+    async with KafkaPublisher(settings.kafka) as pub:
+        worker = Worker(
+            settings.kafka,
+            pub,
+            group=args.group,
+            config=config,
+            idle_flush_s=args.idle_flush,
+            idle_timeout_s=args.idle_timeout,
+            max_records=args.max_records,
+            commit_interval_s=args.commit_interval,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop.set)
+        server = await serve_http(worker, *web) if web else None
+        try:
+            await worker.run()
+        finally:
+            if server is not None:
+                server.close()
+                await server.wait_closed()
+        return worker

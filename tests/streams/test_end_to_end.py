@@ -54,15 +54,26 @@ def utc(s: str) -> datetime:
     return datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
-async def pipeline(kafka: KafkaSettings, ch: ClickHouseSettings, truth: Path) -> dict[str, Any]:
+async def pipeline(
+    kafka: KafkaSettings, ch: ClickHouseSettings, truth: Path, engine: str
+) -> dict[str, Any]:
     await create_topics(kafka, list(TOPICS))
     t0 = time.perf_counter()
     sim = Simulator(Settings(kafka=kafka), "small", speed=None, truth=truth)
     await run_producer(sim, KafkaPublisher(kafka))
     t1 = time.perf_counter()
-    async with KafkaPublisher(kafka) as pub:
-        worker = Worker(kafka, pub, idle_flush_s=1.0, idle_timeout_s=2.0)
-        await worker.run()
+    if engine == "asyncio":
+        async with KafkaPublisher(kafka) as pub:
+            worker = Worker(kafka, pub, idle_flush_s=1.0, idle_timeout_s=2.0)
+            await worker.run()
+        messages, dead = worker.stats.messages, dict(worker.dl.counts)
+    else:  # the Faust app, as ``gpugap worker`` runs it
+        cmd = [*GPUGAP, "worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3"]
+        done = await asyncio.to_thread(
+            subprocess.run, cmd, env=env_for(kafka), timeout=300, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        messages, dead = -1, {"late": 0 if "'late'" not in done.stderr else -1}
     t2 = time.perf_counter()
     await store(kafka, ch)
     t3 = time.perf_counter()
@@ -70,8 +81,20 @@ async def pipeline(kafka: KafkaSettings, ch: ClickHouseSettings, truth: Path) ->
         "simulate_s": t1 - t0,
         "worker_s": t2 - t1,
         "sink_s": t3 - t2,
-        "worker": worker.stats,
-        "dead": dict(worker.dl.counts),
+        "messages": messages,
+        "dead": dead,
+    }
+
+
+GPUGAP = [sys.executable, "-m", "gpugap"]
+
+
+def env_for(kafka: KafkaSettings) -> dict[str, str]:
+    return {
+        **os.environ,
+        "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
+        "GPUGAP_LOG_LEVEL": os.environ.get("E2E_LOG_LEVEL", "WARNING"),
     }
 
 
@@ -79,16 +102,17 @@ def close(got: float, want: float) -> bool:
     return abs(got - want) <= 0.001 * abs(want) + 1e-6
 
 
+@pytest.mark.parametrize("engine", ["faust", "asyncio"])
 def test_small_scenario_matches_ground_truth(
-    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
+    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path, engine: str
 ) -> None:
     truth_path = tmp_path / "truth.json"
-    run = asyncio.run(pipeline(kafka, clickhouse, truth_path))
+    run = asyncio.run(pipeline(kafka, clickhouse, truth_path, engine))
     assert run["dead"].get("late", 0) == 0
     verify(clickhouse, json.loads(truth_path.read_text()))
     print(
         f"simulate {run['simulate_s']:.1f}s, worker {run['worker_s']:.1f}s, "
-        f"sink {run['sink_s']:.1f}s, {run['worker'].messages} messages"
+        f"sink {run['sink_s']:.1f}s, {run['messages']} messages"
     )
 
 

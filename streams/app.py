@@ -1,0 +1,276 @@
+"""The Faust app: ``gpugap worker`` (or ``faust -A streams.app worker -l info``).
+
+One agent, ``join``, reads ``gpu.samples.v1``, ``slurm.jobs.v1`` and ``k8s.pods.v1`` with
+``concurrency=1`` (faust-streaming #606: more can commit past in-flight messages) in batches
+(``noack_take``), and hands them to the runner-independent :class:`streams.join.Join` (decode,
+event-time merge, the pure core, publish). Faust's windowed tables are not used (they expire
+windows on the wall clock); the core's state lives in one changelog-backed table instead.
+
+No loss, no double counting:
+- events are acked only at a checkpoint, after the outputs they produced were acknowledged
+  by the broker and the state that includes them was written to the table; Faust commits
+  acked offsets only, after flushing its producer (the table's changelog);
+- the snapshot carries the input offsets it covers, so after a restart the events between
+  Faust's last commit and the snapshot are skipped instead of being applied twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+
+from gpugap.consume import RawMessage
+from gpugap.publish import KafkaPublisher
+from gpugap.settings import KafkaSettings, Settings
+
+from .core import CoreConfig
+from .join import INPUTS, Join
+
+log = logging.getLogger(__name__)
+
+STATE_TABLE = "state"
+
+app: faust.App  # for ``faust -A streams.app``: built from the environment on first access
+
+
+@dataclass(frozen=True)
+class AppOptions:
+    group: str = "gpugap-worker"
+    config: CoreConfig = field(default_factory=CoreConfig)
+    max_records: int = 5000
+    commit_interval_s: float = 1.0
+    idle_flush_s: float | None = None
+    idle_timeout_s: float | None = None
+    web: tuple[str, int] | None = ("127.0.0.1", 6066)
+    #: a partition that has delivered nothing yet holds the frontier this long (seconds)
+    startup_grace_s: float = 2.0
+
+
+class Runner:
+    """What the agent and the timer share: the join, the checkpoint, idle handling."""
+
+    def __init__(self, app: faust.App, kafka: KafkaSettings, opts: AppOptions) -> None:
+        self.app = app
+        self.kafka = kafka
+        self.opts = opts
+        self.pub = KafkaPublisher(kafka)
+        self.join = Join(self.pub, kafka.topic_prefix, opts.config)
+        self.inputs = {t.qualified(kafka.topic_prefix) for t in INPUTS}
+        self.table: Any = None
+        self.lock = asyncio.Lock()
+        self.started = time.monotonic()
+        self.ready = False
+        self.skip: dict[str, int] = {}  # "topic:partition" -> offsets below are in the state
+        self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
+        self.last_input = time.monotonic()
+        self.last_checkpoint = time.monotonic()
+        self.flushed = True
+        self.stopping = False
+
+    async def _ready(self) -> None:
+        if self.ready:
+            return
+        await self.pub.start()
+        records = {k: v for k, v in self.table.items() if v is not None}
+        offsets = self.join.restore(records)
+        self.skip = offsets or {}
+        if offsets is not None:
+            log.info("restored %d node(s) at offsets %s", len(self.join.proc.cores), offsets)
+            self.flushed = False  # a restored state may hold minutes only a flush closes
+        self.ready = True
+
+    async def on_batch(self, events: list[Any]) -> None:
+        async with self.lock:
+            await self._ready()
+            for ev in events:
+                m = ev.message
+                tp = m.tp
+                self.next[tp] = m.offset + 1
+                if m.offset < self.skip.get(f"{m.topic}:{m.partition}", -1):
+                    self.join.done.append(ev)  # already in the restored state
+                    continue
+                await self.join.ingest(tp, RawMessage.of(m), ev)
+            self.join.stats.last_poll = time.monotonic()
+            self.last_input = time.monotonic()
+            self.flushed = False
+            await self.join.drain(self.join.frontier(await self._lagging()))
+            if time.monotonic() - self.last_checkpoint >= self.opts.commit_interval_s:
+                await self.checkpoint()
+
+    async def _lagging(self) -> list[Any]:
+        consumer = self.app.consumer
+        young = time.monotonic() - self.started < self.opts.startup_grace_s
+        lagging = []
+        for tp in consumer.assignment():
+            if tp.topic not in self.inputs:
+                continue
+            hw = consumer.highwater(tp)
+            nxt = self.next.get(tp)
+            if nxt is None:
+                pos = await consumer.position(tp)
+                behind = hw is None or (pos is not None and pos < hw) or (young and bool(hw))
+            else:
+                behind = hw is None or nxt < hw
+            if behind:
+                lagging.append(tp)
+        return lagging
+
+    async def checkpoint(self) -> None:
+        """Outputs acknowledged, then the state that includes them, then the acks."""
+        await self.pub.flush()
+        low = self.join.lowest_buffered()
+        offsets = {f"{tp.topic}:{tp.partition}": low.get(tp, n) for tp, n in self.next.items()}
+        for key, value in self.join.snapshot({**self.skip, **offsets}):
+            self.table[key] = value
+        for ev in self.join.done:
+            ev.ack()
+        self.join.done.clear()
+        self.last_checkpoint = time.monotonic()
+
+    async def tick(self) -> None:
+        """Every half second: checkpoint what the agent left, flush and stop when idle."""
+        recovery = getattr(self.app.tables, "recovery", None)
+        if recovery is None or not recovery.completed.is_set() or self.stopping:
+            return
+        async with self.lock:
+            await self._ready()
+            self.join.stats.last_poll = time.monotonic()
+            idle = time.monotonic() - self.last_input
+            if (
+                not self.flushed
+                and self.opts.idle_flush_s is not None
+                and idle >= self.opts.idle_flush_s
+            ):
+                await self.join.flush_all()
+                self.flushed = True
+                await self.checkpoint()
+            elif time.monotonic() - self.last_checkpoint >= self.opts.commit_interval_s:
+                await self.checkpoint()
+            timeout = self.opts.idle_timeout_s
+            if timeout is not None and self.flushed and idle >= timeout:
+                self.stopping = True
+                await self.app.consumer.commit()
+                log.info("idle for %.1f s: stopping", idle)
+                _stop_worker(self.app)
+
+
+def _stop_worker(app: faust.App) -> None:
+    # the same path as Ctrl-C / SIGTERM: the Faust worker stops its services in order
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faust.App, Runner]:
+    opts = opts or AppOptions()
+    kafka = settings.kafka
+    app = faust.App(
+        f"{kafka.topic_prefix}{opts.group}",
+        broker=[f"kafka://{h.strip()}" for h in kafka.bootstrap.split(",") if h.strip()],
+        broker_credentials=_credentials(kafka),
+        store="memory://",
+        autodiscover=False,
+        topic_partitions=1,
+        topic_allow_declare=True,
+        broker_max_poll_records=opts.max_records,
+        broker_commit_interval=opts.commit_interval_s,
+        consumer_auto_offset_reset="earliest",
+        producer_compression_type=None if kafka.compression == "none" else kafka.compression,
+        web_enabled=opts.web is not None,
+        web_bind=opts.web[0] if opts.web else "127.0.0.1",
+        web_host=opts.web[0] if opts.web else "127.0.0.1",
+        web_port=opts.web[1] if opts.web else 6066,
+        web_in_thread=False,
+    )
+    runner = Runner(app, kafka, opts)
+    runner.table = app.Table(
+        STATE_TABLE,
+        default=None,
+        partitions=1,
+        schema=faust.Schema(
+            key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        ),
+        use_partitioner=True,
+        help="the core's state: one record per node plus 'meta' (gangs, alerts, offsets)",
+    )
+    topic = app.topic(
+        *sorted(runner.inputs), key_type=bytes, value_type=bytes, value_serializer="raw"
+    )
+
+    @app.agent(topic, concurrency=1, name="join")
+    async def join(stream: Any) -> None:
+        async for events in stream.noack_take(opts.max_records, within=0.2):
+            await runner.on_batch(list(events))
+
+    @app.timer(0.5)
+    async def tick() -> None:
+        await runner.tick()
+
+    @app.page("/metrics")
+    async def metrics(web: Any, request: Any) -> Any:
+        lag = {
+            f"{tp.topic}:{tp.partition}": max(0, (app.consumer.highwater(tp) or 0) - n)
+            for tp, n in runner.next.items()
+        }
+        text = runner.join.stats.prometheus(runner.join.dl.counts, lag)
+        return web.text(text, content_type="text/plain")
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        stale = time.monotonic() - runner.join.stats.last_poll > 60
+        return web.text("stalled\n" if stale else "ok\n", status=503 if stale else 200)
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def _close(app: faust.App, **kwargs: Any) -> None:
+        await runner.pub.close()
+
+    return app, runner
+
+
+def _credentials(kafka: KafkaSettings) -> Any:
+    if kafka.security_protocol == "PLAINTEXT":
+        return None
+    ssl = kafka.security_protocol.endswith("SSL")
+    if kafka.sasl_mechanism is None:
+        return faust.SSLCredentials() if ssl else None
+    password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else None
+    if kafka.sasl_mechanism == "PLAIN":
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=password,
+            ssl_context=faust.SSLCredentials().context if ssl else None,
+        )
+    return faust.SASLCredentials(
+        username=kafka.sasl_username,
+        password=password,
+        mechanism=kafka.sasl_mechanism,
+        ssl_context=faust.SSLCredentials().context if ssl else None,
+    )
+
+
+def run(settings: Settings, opts: AppOptions, loglevel: str = "WARNING") -> Runner:
+    """Run the app in this process until SIGTERM/SIGINT or the idle timeout."""
+    app, runner = create_app(settings, opts)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+    return runner
+
+
+def __getattr__(name: str) -> Any:
+    # ``faust -A streams.app worker``: the app from the environment, built on first access
+    if name == "app":
+        from gpugap.settings import load
+
+        global app
+        app, _ = create_app(load())
+        return app
+    raise AttributeError(name)

@@ -1,0 +1,179 @@
+"""The runner-independent half of a worker: decode, merge the inputs in event time, hand them
+to the pure core, publish what it produced, and turn its state into snapshot records.
+
+Both runners use it: the Faust app (streams/app.py, ``gpugap worker``) and the plain aiokafka
+loop (streams/worker.py, ``gpugap worker --engine asyncio``). Records are buffered and handed
+to the core in event-time order up to the **frontier** (the oldest latest-timestamp among input
+partitions that are not caught up), so a fast samples partition cannot run ahead of the
+scheduler events and make them late during a replay or a catch-up.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+import zlib
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpugap.consume import DeadLetters, RawMessage
+from gpugap.publish import Publisher
+from schemas import NodeSample, Record, encode
+from schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
+
+from .core import CoreConfig, ms
+from .process import Processor, Result
+
+INPUTS = (SAMPLES, SLURM_JOBS, K8S_PODS)
+#: a buffer this large is drained regardless of the frontier (bounded memory)
+MAX_BUFFERED = 500_000
+
+
+@dataclass
+class WorkerStats:
+    started: float = field(default_factory=time.monotonic)
+    messages: int = 0
+    processed: int = 0  # records handed to the core (in event-time order)
+    gpu_samples: int = 0
+    counts: Counter[str] = field(default_factory=Counter)  # outputs by topic
+    last_poll: float = field(default_factory=time.monotonic)
+    buffered: int = 0
+    open_minutes: int = 0
+    core: dict[str, int] = field(default_factory=dict)
+
+    def prometheus(self, dead: Counter[str], lag: dict[str, int] | None = None) -> str:
+        up = time.monotonic() - self.started
+        lines = [
+            f"gpugap_worker_uptime_seconds {up:.1f}",
+            f"gpugap_worker_messages_total {self.messages}",
+            f"gpugap_worker_processed_total {self.processed}",
+            f"gpugap_worker_gpu_samples_total {self.gpu_samples}",
+            f"gpugap_worker_buffered_records {self.buffered}",
+            f"gpugap_worker_open_minutes {self.open_minutes}",
+            f"gpugap_worker_seconds_since_poll {time.monotonic() - self.last_poll:.1f}",
+        ]
+        lines += [f'gpugap_worker_output_total{{topic="{k}"}} {v}' for k, v in self.counts.items()]
+        lines += [f'gpugap_worker_core_total{{what="{k}"}} {v}' for k, v in self.core.items()]
+        lines += [f'gpugap_worker_dead_letters_total{{kind="{k}"}} {v}' for k, v in dead.items()]
+        lines += [f'gpugap_worker_lag{{partition="{k}"}} {v}' for k, v in (lag or {}).items()]
+        return "\n".join(lines) + "\n"
+
+
+class Join:
+    def __init__(
+        self, publisher: Publisher, topic_prefix: str, config: CoreConfig | None = None
+    ) -> None:
+        self.pub = publisher
+        self.prefix = topic_prefix
+        self.proc = Processor(config)
+        self.dl = DeadLetters(publisher, "worker", topic_prefix)
+        self.stats = WorkerStats()
+        #: (event ms, arrival seq, partition, raw message, record, runner's handle)
+        self._buf: list[tuple[int, int, Any, RawMessage, Record, Any]] = []
+        self._seq = 0
+        self.latest: dict[Any, int] = {}  # partition -> latest event time fetched
+        #: handles (e.g. Faust events) of records the core has taken, for the runner to ack
+        self.done: list[Any] = []
+
+    async def ingest(self, tp: Any, raw: RawMessage, handle: Any = None) -> None:
+        """Decode one message (bad bytes -> dead letter) and buffer it in event-time order."""
+        self.stats.messages += 1
+        rec = await self.dl.decode(raw)
+        if rec is None:
+            if handle is not None:
+                self.done.append(handle)
+            return
+        t = ms(rec.time)  # type: ignore[attr-defined]
+        self.latest[tp] = max(self.latest.get(tp, t), t)
+        if isinstance(rec, NodeSample):
+            self.stats.gpu_samples += len(rec.gpus)
+        self._seq += 1
+        heapq.heappush(self._buf, (t, self._seq, tp, raw, rec, handle))
+
+    def frontier(self, lagging: Iterable[Any]) -> float:
+        """Event time up to which every input has been read (``lagging``: partitions with
+        records left to fetch; with none, everything buffered may go)."""
+        behind = [self.latest.get(tp, -1) for tp in lagging]
+        return min(behind) if behind else float("inf")
+
+    async def drain(self, frontier: float) -> None:
+        buf = self._buf
+        while buf and (buf[0][0] <= frontier or len(buf) > MAX_BUFFERED):
+            _, _, _, raw, rec, handle = heapq.heappop(buf)
+            await self.publish(self.proc.handle(rec), raw)
+            self.stats.processed += 1
+            if handle is not None:
+                self.done.append(handle)
+        await self.publish(self.proc.advance(), None)
+        self.stats.buffered = len(buf)
+        self.stats.open_minutes = self.proc.open_minutes()
+
+    async def flush_all(self) -> None:
+        """Input is quiet: process everything buffered and close every minute seen."""
+        await self.drain(float("inf"))
+        await self.publish(self.proc.advance(self.proc.cfg.lateness_ms), None)
+
+    def lowest_buffered(self) -> dict[Any, int]:
+        """Per partition, the lowest offset still buffered (not yet in the core's state)."""
+        low: dict[Any, int] = {}
+        for _, _, tp, raw, _, _ in self._buf:
+            if raw.offset is not None:
+                low[tp] = min(low.get(tp, raw.offset), raw.offset)
+        return low
+
+    async def publish(self, res: Result, raw: RawMessage | None) -> None:
+        for a in res.allocations:
+            await self.pub.send(ALLOCATIONS, a)
+        for m in res.minutes:
+            await self.pub.send(MINUTES, m)
+        for al in res.alerts:
+            await self.pub.send(ALERTS, al)
+        for r in res.refused:
+            src = raw if raw is not None and r.record is not None else None
+            if src is None or encode(r.record) != src.value:
+                src = RawMessage(
+                    ALLOCATIONS.qualified(self.prefix), None, None, None, encode(r.record)
+                )
+            await self.dl.route(src, r.reason, r.kind)
+        c = self.stats.counts
+        c[ALLOCATIONS.name] += len(res.allocations)
+        c[MINUTES.name] += len(res.minutes)
+        c[ALERTS.name] += len(res.alerts)
+
+    # --- snapshots: one record per node plus "meta" (gangs, alerts, input offsets) ----------
+
+    def snapshot(self, offsets: dict[str, int]) -> list[tuple[bytes, bytes]]:
+        st = self.proc.state
+        items = [(f"node:{k}".encode(), _pack(node)) for k, node in st["nodes"].items()]
+        meta = {k: v for k, v in st.items() if k != "nodes"}
+        meta["node_keys"] = sorted(st["nodes"])
+        meta["offsets"] = offsets
+        items.append((b"meta", _pack(meta)))
+        self.stats.core = self.proc.counts()
+        return items
+
+    def restore(self, records: dict[bytes, bytes]) -> dict[str, int] | None:
+        """Load a snapshot (latest value per key); returns the input offsets stored with it
+        ("topic:partition" -> next offset to read), or None when there is none."""
+        records = dict(records)
+        meta_raw = records.pop(b"meta", None)
+        if meta_raw is None:
+            return None
+        state = _unpack(meta_raw)
+        offsets: dict[str, int] = state.pop("offsets")
+        keys = set(state.pop("node_keys"))
+        nodes = {k.decode()[5:]: _unpack(v) for k, v in records.items() if k.startswith(b"node:")}
+        state["nodes"] = {k: v for k, v in nodes.items() if k in keys}
+        self.proc = Processor(self.proc.cfg, state=state)
+        return offsets
+
+
+def _pack(obj: Any) -> bytes:
+    return zlib.compress(json.dumps(obj, separators=(",", ":")).encode(), 1)
+
+
+def _unpack(data: bytes) -> Any:
+    return json.loads(zlib.decompress(data))
