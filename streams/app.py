@@ -31,7 +31,7 @@ from gpugap.publish import KafkaPublisher
 from gpugap.settings import KafkaSettings, Settings
 
 from .core import CoreConfig
-from .join import INPUTS, Join
+from .join import INPUTS, Join, already_taken, resume_offset
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,9 @@ class AppOptions:
     idle_flush_s: float | None = None
     idle_timeout_s: float | None = None
     web: tuple[str, int] | None = ("127.0.0.1", 6066)
-    #: a partition that has delivered nothing yet holds the frontier this long (seconds)
-    startup_grace_s: float = 2.0
+    #: a killed worker's partitions move to its successor after this long (Faust's default
+    #: of 60 s would stall a restarted worker that long)
+    session_timeout_s: float = 10.0
 
 
 class Runner:
@@ -65,9 +66,9 @@ class Runner:
         self.inputs = {t.qualified(kafka.topic_prefix) for t in INPUTS}
         self.table: Any = None
         self.lock = asyncio.Lock()
-        self.started = time.monotonic()
+        self.start: dict[Any, int] = {}  # partition -> where reading started
         self.ready = False
-        self.skip: dict[str, int] = {}  # "topic:partition" -> offsets below are in the state
+        self.skip: dict[str, Any] = {}  # "topic:partition" -> what the state already holds
         self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
         self.last_input = time.monotonic()
         self.last_checkpoint = time.monotonic()
@@ -93,7 +94,7 @@ class Runner:
                 m = ev.message
                 tp = m.tp
                 self.next[tp] = m.offset + 1
-                if m.offset < self.skip.get(f"{m.topic}:{m.partition}", -1):
+                if already_taken(self.skip, m.topic, m.partition, m.offset):
                     self.join.done.append(ev)  # already in the restored state
                     continue
                 await self.join.ingest(tp, RawMessage.of(m), ev)
@@ -106,32 +107,69 @@ class Runner:
 
     async def _lagging(self) -> list[Any]:
         consumer = self.app.consumer
-        young = time.monotonic() - self.started < self.opts.startup_grace_s
+        tps = [tp for tp in consumer.assignment() if tp.topic in self.inputs]
+        unknown = [tp for tp in tps if tp not in self.next and tp not in self.start]
+        if unknown:
+            self.start.update(await self._start_offsets(unknown))
         lagging = []
-        for tp in consumer.assignment():
-            if tp.topic not in self.inputs:
-                continue
+        for tp in tps:
             hw = consumer.highwater(tp)
-            nxt = self.next.get(tp)
-            if nxt is None:
-                pos = await consumer.position(tp)
-                behind = hw is None or (pos is not None and pos < hw) or (young and bool(hw))
-            else:
-                behind = hw is None or nxt < hw
-            if behind:
+            nxt = self.next.get(tp, self.start.get(tp, 0))
+            if hw is None or nxt < hw:
                 lagging.append(tp)
         return lagging
+
+    async def _caught_up(self) -> bool:
+        """Every input partition is assigned and read to its end (not merely paused, as
+        during a rebalance)."""
+        assigned = [tp for tp in self.app.consumer.assignment() if tp.topic in self.inputs]
+        return bool(assigned) and not await self._lagging()
+
+    async def _start_offsets(self, tps: list[Any]) -> dict[Any, int]:
+        """Where reading starts in partitions that have delivered nothing yet: the group's
+        committed offset, else the log start. Faust may fetch a partition's records long
+        before it delivers them, so the consumer's position cannot tell."""
+        from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.structs import TopicPartition
+
+        admin = AIOKafkaAdminClient(**self.kafka.client_options())
+        await admin.start()
+        try:
+            committed = await admin.list_consumer_group_offsets(self.app.conf.id)
+        finally:
+            await admin.close()
+        earliest = await self.app.consumer.earliest_offsets(*tps)
+        out = {}
+        for tp in tps:
+            c = committed.get(TopicPartition(tp.topic, tp.partition))
+            start = c.offset if c is not None and c.offset >= 0 else earliest.get(tp, 0)
+            out[tp] = max(start, resume_offset(self.skip.get(f"{tp.topic}:{tp.partition}", 0)))
+        return out
 
     async def checkpoint(self) -> None:
         """Outputs acknowledged, then the state that includes them, then the acks."""
         await self.pub.flush()
-        low = self.join.lowest_buffered()
-        offsets = {f"{tp.topic}:{tp.partition}": low.get(tp, n) for tp, n in self.next.items()}
+        offsets = self.join.resume_points(self.next)
+        # written to the table's changelog by our own producer and awaited: Faust's table
+        # writes are queued in its producer buffer, and a SIGKILL showed Faust committing
+        # offsets whose state had not reached the changelog. Faust still recovers the
+        # table from this topic on start (the restore reads it back from there).
+        topic = self.table.changelog_topic.get_topic_name()
         for key, value in self.join.snapshot({**self.skip, **offsets}):
-            self.table[key] = value
-        for ev in self.join.done:
-            ev.ack()
-        self.join.done.clear()
+            await self.pub.send_raw(topic, key, value)
+        await self.pub.flush()
+        # ack strictly in offset order and only below each partition's resume point: Faust
+        # commits the first run of consecutive acked offsets, wherever it starts (with no
+        # commit yet), so one early ack (a dead letter) would commit past unread records
+        starts = {key: resume_offset(p) for key, p in {**self.skip, **offsets}.items()}
+        keep = []
+        for ev in sorted(self.join.done, key=lambda e: (e.message.topic, e.message.offset)):
+            m = ev.message
+            if m.offset < starts.get(f"{m.topic}:{m.partition}", 0):
+                ev.ack()
+            else:
+                keep.append(ev)
+        self.join.done = keep
         self.last_checkpoint = time.monotonic()
 
     async def tick(self) -> None:
@@ -147,6 +185,7 @@ class Runner:
                 not self.flushed
                 and self.opts.idle_flush_s is not None
                 and idle >= self.opts.idle_flush_s
+                and await self._caught_up()
             ):
                 await self.join.flush_all()
                 self.flushed = True
@@ -179,6 +218,8 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         topic_allow_declare=True,
         broker_max_poll_records=opts.max_records,
         broker_commit_interval=opts.commit_interval_s,
+        broker_session_timeout=opts.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, opts.session_timeout_s / 3),
         consumer_auto_offset_reset="earliest",
         producer_compression_type=None if kafka.compression == "none" else kafka.compression,
         web_enabled=opts.web is not None,
@@ -192,9 +233,8 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         STATE_TABLE,
         default=None,
         partitions=1,
-        schema=faust.Schema(
-            key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
-        ),
+        key_type=bytes,  # bytes -> the "raw" codec, on writes and on recovery alike
+        value_type=bytes,
         use_partitioner=True,
         help="the core's state: one record per node plus 'meta' (gangs, alerts, offsets)",
     )

@@ -77,6 +77,9 @@ class Join:
         self.latest: dict[Any, int] = {}  # partition -> latest event time fetched
         #: handles (e.g. Faust events) of records the core has taken, for the runner to ack
         self.done: list[Any] = []
+        #: offsets taken by the core above a partition's lowest buffered one (event-time
+        #: order is not offset order): a restart must skip them too, not apply them twice
+        self.taken: dict[Any, set[int]] = {}
 
     async def ingest(self, tp: Any, raw: RawMessage, handle: Any = None) -> None:
         """Decode one message (bad bytes -> dead letter) and buffer it in event-time order."""
@@ -102,9 +105,11 @@ class Join:
     async def drain(self, frontier: float) -> None:
         buf = self._buf
         while buf and (buf[0][0] <= frontier or len(buf) > MAX_BUFFERED):
-            _, _, _, raw, rec, handle = heapq.heappop(buf)
+            _, _, tp, raw, rec, handle = heapq.heappop(buf)
             await self.publish(self.proc.handle(rec), raw)
             self.stats.processed += 1
+            if raw.offset is not None:
+                self.taken.setdefault(tp, set()).add(raw.offset)
             if handle is not None:
                 self.done.append(handle)
         await self.publish(self.proc.advance(), None)
@@ -123,6 +128,19 @@ class Join:
             if raw.offset is not None:
                 low[tp] = min(low.get(tp, raw.offset), raw.offset)
         return low
+
+    def resume_points(self, next_offsets: dict[Any, int]) -> dict[str, Any]:
+        """Per partition ("topic:partition"): the offset to resume from, and the offsets
+        above it the core has already taken."""
+        low = self.lowest_buffered()
+        out: dict[str, Any] = {}
+        for tp, nxt in next_offsets.items():
+            start = low.get(tp, nxt)
+            taken = self.taken.get(tp, set())
+            above = sorted(o for o in taken if o >= start)
+            self.taken[tp] = set(above)
+            out[f"{tp.topic}:{tp.partition}"] = [start, above] if above else start
+        return out
 
     async def publish(self, res: Result, raw: RawMessage | None) -> None:
         for a in res.allocations:
@@ -145,7 +163,7 @@ class Join:
 
     # --- snapshots: one record per node plus "meta" (gangs, alerts, input offsets) ----------
 
-    def snapshot(self, offsets: dict[str, int]) -> list[tuple[bytes, bytes]]:
+    def snapshot(self, offsets: dict[str, Any]) -> list[tuple[bytes, bytes]]:
         st = self.proc.state
         items = [(f"node:{k}".encode(), _pack(node)) for k, node in st["nodes"].items()]
         meta = {k: v for k, v in st.items() if k != "nodes"}
@@ -155,20 +173,34 @@ class Join:
         self.stats.core = self.proc.counts()
         return items
 
-    def restore(self, records: dict[bytes, bytes]) -> dict[str, int] | None:
-        """Load a snapshot (latest value per key); returns the input offsets stored with it
-        ("topic:partition" -> next offset to read), or None when there is none."""
+    def restore(self, records: dict[bytes, bytes]) -> dict[str, Any] | None:
+        """Load a snapshot (latest value per key); returns the resume points stored with it
+        (see :meth:`resume_points`; :func:`already_taken` reads them), or None."""
         records = dict(records)
         meta_raw = records.pop(b"meta", None)
         if meta_raw is None:
             return None
         state = _unpack(meta_raw)
-        offsets: dict[str, int] = state.pop("offsets")
+        offsets: dict[str, Any] = state.pop("offsets")
         keys = set(state.pop("node_keys"))
         nodes = {k.decode()[5:]: _unpack(v) for k, v in records.items() if k.startswith(b"node:")}
         state["nodes"] = {k: v for k, v in nodes.items() if k in keys}
         self.proc = Processor(self.proc.cfg, state=state)
         return offsets
+
+
+def resume_offset(point: Any) -> int:
+    return int(point[0] if isinstance(point, list) else point)
+
+
+def already_taken(points: dict[str, Any], topic: str, partition: int, offset: int) -> bool:
+    """Whether the restored state already includes this input record."""
+    p = points.get(f"{topic}:{partition}")
+    if p is None:
+        return False
+    if isinstance(p, list):
+        return offset < p[0] or offset in p[1]
+    return bool(offset < p)
 
 
 def _pack(obj: Any) -> bytes:

@@ -25,7 +25,7 @@ from gpugap.publish import Publisher
 from gpugap.settings import KafkaSettings
 
 from .core import CoreConfig
-from .join import INPUTS, Join, WorkerStats
+from .join import INPUTS, Join, WorkerStats, already_taken, resume_offset
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class Worker:
         self.stop = asyncio.Event()
         self._next: dict[Any, int] = {}  # partition -> offset after the last one fetched
         self._partitions: dict[str, list[int]] = {}  # input topic -> its partitions
+        self._restored: dict[str, Any] = {}
 
     @property
     def stats(self) -> WorkerStats:
@@ -81,6 +82,9 @@ class Worker:
         low = self.join.lowest_buffered()
         return {tp: low.get(tp, nxt) for tp, nxt in self._next.items()}
 
+    def _skip(self, m: Any) -> bool:
+        return already_taken(self._restored, m.topic, m.partition, m.offset)
+
     async def _ensure_state_topic(self) -> None:
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
         from aiokafka.errors import TopicAlreadyExistsError
@@ -103,7 +107,7 @@ class Worker:
         finally:
             await admin.close()
 
-    async def _restore(self) -> dict[str, int] | None:
+    async def _restore(self) -> dict[str, Any] | None:
         """Load the latest snapshot; returns the input offsets stored with it."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -123,11 +127,12 @@ class Worker:
         finally:
             await c.stop()
         offsets = self.join.restore(latest)
+        self._restored = offsets or {}
         if offsets is not None:
             log.info("restored %d node(s) at offsets %s", len(self.join.proc.cores), offsets)
         return offsets
 
-    async def _assign(self, consumer: Any, restored: dict[str, int] | None) -> None:
+    async def _assign(self, consumer: Any, restored: dict[str, Any] | None) -> None:
         """Own every partition of the inputs (no group rebalances: one worker, or one per
         shard), positioned where the restored snapshot stops, else at the group's commit."""
         from aiokafka import TopicPartition
@@ -136,7 +141,10 @@ class Worker:
         consumer.assign(tps)
         for tp in tps:
             key = f"{tp.topic}:{tp.partition}"
-            offset = restored.get(key) if restored else await consumer.committed(tp)
+            point = restored.get(key) if restored else None
+            offset = resume_offset(point) if point is not None else None
+            if not restored:
+                offset = await consumer.committed(tp)
             if offset is None:
                 await consumer.seek_to_beginning(tp)
             else:
@@ -166,7 +174,8 @@ class Worker:
                 for tp, messages in batches.items():
                     for m in messages:
                         self._next[tp] = m.offset + 1
-                        await self.join.ingest(tp, RawMessage.of(m))
+                        if not self._skip(m):
+                            await self.join.ingest(tp, RawMessage.of(m))
                 if batches:
                     idle_since, flushed = loop.time(), False
                 await self.join.drain(self.join.frontier(await self._lagging(consumer)))
@@ -187,7 +196,7 @@ class Worker:
     async def _commit(self, consumer: Any) -> None:
         offsets = self._committable()
         await self.pub.flush()  # the outputs first: a stored snapshot implies its outputs are
-        keyed = {f"{tp.topic}:{tp.partition}": o for tp, o in offsets.items()}
+        keyed = {**self._restored, **self.join.resume_points(self._next)}
         for key, value in self.join.snapshot(keyed):
             await self.pub.send_raw(self.state_topic, key, value)
         await self.pub.flush()
