@@ -32,6 +32,13 @@ def register(sub: Any, cmd: Cmd) -> None:
         "--lateness", type=float, default=120.0, metavar="S", help="allowed lateness (seconds)"
     )
     w.add_argument(
+        "--alert-lateness",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="alerts judge a minute S seconds after it ends (<= --lateness; default 30)",
+    )
+    w.add_argument(
         "--idle-flush",
         type=float,
         metavar="S",
@@ -59,12 +66,16 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from gpugap.errors import ConfigError
     from gpugap.settings import load
     from streams.core import CoreConfig
 
     settings = load()
     logging.getLogger("streams").setLevel(settings.log_level)
-    config = CoreConfig(lateness_ms=round(args.lateness * 1000))
+    lateness, alert = round(args.lateness * 1000), round(args.alert_lateness * 1000)
+    if not 0 <= alert <= lateness:
+        raise ConfigError("--alert-lateness must be between 0 and --lateness")
+    config = CoreConfig(lateness_ms=lateness, alert_lateness_ms=alert)
     web = None
     if args.http:
         host, _, port = args.http.rpartition(":")

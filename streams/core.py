@@ -56,6 +56,15 @@ def placeholder_uuid(cluster: str, node: str, key: str) -> str:
 @dataclass(frozen=True)
 class CoreConfig:
     lateness_ms: int = 120_000
+    #: alerts judge a minute this long after its end (<= lateness): an idle GPU pages within
+    #: a minute of crossing its threshold, while the stored minutes wait the full lateness;
+    #: data later than this still counts in the minutes but not in the alert already raised
+    alert_lateness_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.alert_lateness_ms <= self.lateness_ms:
+            raise ValueError("alert lateness must be between 0 and the allowed lateness")
+
     default_interval_ms: int = 10_000
     idle: IdleConfig = field(default_factory=IdleConfig)
 
@@ -230,13 +239,23 @@ class NodeCore:
                 return out
             s["closed_ms"] = s["first_ms"] // MINUTE * MINUTE
         before = s["closed_ms"]
-        while s["closed_ms"] + MINUTE <= wm:
-            m0 = s["closed_ms"]
+        # alerts first: the idle detector runs ahead of the stored minutes (alert lateness)
+        awm = s["max_ms"] - self.cfg.alert_lateness_ms
+        if s.get("judged_ms") is None or s["judged_ms"] < s["closed_ms"]:
+            s["judged_ms"] = s["closed_ms"]
+        while s["judged_ms"] + MINUTE <= awm:
+            m0 = s["judged_ms"]
             rows = self._minute(m0, out)
-            out.minutes += rows
             out.alerts += observe(
                 s["idle"], s["node"], m0, rows, allocs=s["allocs"], cfg=self.cfg.idle
             )
+            s["judged_ms"] = m0 + MINUTE
+            if m0 + MINUTE <= wm and s["closed_ms"] == m0:  # the same minute closes now
+                out.minutes += rows
+                s["closed_ms"] = m0 + MINUTE
+        while s["closed_ms"] + MINUTE <= wm:
+            m0 = s["closed_ms"]
+            out.minutes += self._minute(m0, out)
             s["closed_ms"] = m0 + MINUTE
         if s["closed_ms"] != before or out.minutes:
             self._prune(out)

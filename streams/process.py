@@ -46,7 +46,9 @@ class Processor:
         self.state = state
         self.merger = AlertMerger(state.setdefault("merge", {}))
         self.cores = {k: NodeCore(v, self.cfg) for k, v in state["nodes"].items()}
-        self.gangs = GangTracker(state["gangs"], lateness_ms=self.cfg.lateness_ms, rules=rules)
+        self.gangs = GangTracker(
+            state["gangs"], lateness_ms=self.cfg.alert_lateness_ms, rules=rules
+        )
         state["gangs"] = self.gangs.state
 
     def core(self, cluster: str, node: str) -> NodeCore:

@@ -140,3 +140,32 @@ def test_episodes_of_one_allocation_on_two_nodes_are_one_alert() -> None:
     assert last.nodes == ("n1", "n2")
     assert last.resolved_at == T("10:06:00")
     assert round(last.idle_gpu_hours * 3600) == (4 + 3) * 60
+
+
+def test_alerts_are_judged_after_the_alert_lateness_minutes_after_the_full_lateness() -> None:
+    # the idle run reaches 3 minutes at 10:04; with 30 s of alert lateness the alert opens
+    # with the sample at 10:04:30, while the 10:03 minute rows wait for 10:06:00 (120 s)
+    core = NodeCore.new(CLUSTER, NODE, CFG)
+    opened_by = closed_by = None
+    for it in items():
+        out = core.allocation(it) if hasattr(it, "event_id") else core.sample(it)
+        if opened_by is None and any(a.state is AlertState.OPEN for a in out.alerts):
+            opened_by = it.time.strftime("%H:%M:%S")
+        if closed_by is None and any(m.minute == T("10:03:00") for m in out.minutes):
+            closed_by = it.time.strftime("%H:%M:%S")
+    assert (opened_by, closed_by) == ("10:04:30", "10:06:00")
+    # with the alert lateness equal to the lateness, alerts wait as long as the minutes
+    slow = NodeCore.new(CLUSTER, NODE, CoreConfig(idle=CFG.idle, alert_lateness_ms=120_000))
+    first = None
+    for it in items():
+        out = slow.allocation(it) if hasattr(it, "event_id") else slow.sample(it)
+        if first is None and out.alerts:
+            first = it.time.strftime("%H:%M:%S")
+    assert first == "10:06:00"
+
+
+def test_the_alert_lateness_cannot_exceed_the_lateness() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="alert lateness"):
+        CoreConfig(lateness_ms=60_000, alert_lateness_ms=90_000)
