@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test lint demo bench services-up services-down clean
+.PHONY: help venv test lint demo bench services-up services-down clean protos
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -25,8 +25,9 @@ lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-demo: $(STAMP) ## run the demo on the embedded defaults
-	@echo "gpugap demo: not built yet (see the 'main job' issue); try 'make bench' meanwhile"
+demo: $(STAMP) ## run the demo on the embedded defaults (DURATION=seconds, default until Ctrl-C)
+	$(BIN)/gpugap services fetch
+	$(BIN)/gpugap demo $(if $(DURATION),--duration $(DURATION),)
 
 bench: $(STAMP) ## codec and broker throughput beside plain baselines
 	$(BIN)/gpugap bench all
@@ -36,6 +37,10 @@ services-up: $(STAMP) ## start the local Kafka broker (127.0.0.1:9092)
 
 services-down: $(STAMP) ## stop the local Kafka broker
 	$(BIN)/gpugap services down
+
+protos: $(STAMP) ## regenerate the kubelet PodResources stubs from producers/gpu/kubelet/api.proto
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. \
+		producers/gpu/kubelet/api.proto
 
 clean: ## remove the virtualenv and caches (the Kafka jar cache stays)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

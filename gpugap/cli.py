@@ -132,6 +132,7 @@ def _produce(args: argparse.Namespace) -> int:
     if any(k8s.values()):  # --namespace/--kubeconfig override GPUGAP_K8S_*
         given = {k: v for k, v in k8s.items() if v}
         settings = settings.model_copy(update={"k8s": settings.k8s.model_copy(update=given)})
+    settings = _gpu_overrides(args, settings)
     producer = by_name(args.name)(settings)
     if args.interval is not None:
         producer.interval_s = args.interval
@@ -142,7 +143,32 @@ def _produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gpu_overrides(args: argparse.Namespace, settings: Settings) -> Settings:
+    """--endpoint, --allow-no-gpu, --job-mapping-dir, --pod-resources-socket override
+    GPUGAP_DCGM_* / GPUGAP_NVML_*."""
+    nvml = {
+        "allow_no_gpu": args.allow_no_gpu or None,
+        "job_mapping_dir": args.job_mapping_dir and Path(args.job_mapping_dir),
+        "pod_resources_socket": args.pod_resources_socket and Path(args.pod_resources_socket),
+    }
+    given = {k: v for k, v in nvml.items() if v}
+    if given:
+        settings = settings.model_copy(update={"nvml": settings.nvml.model_copy(update=given)})
+    if args.endpoint:
+        dcgm = settings.dcgm.model_copy(update={"endpoints": args.endpoint})
+        settings = settings.model_copy(update={"dcgm": dcgm})
+    return settings
+
+
 def _bench(args: argparse.Namespace) -> int:
+    if args.what in ("nvml", "dcgm"):  # fake NVML and recorded scrapes: a source checkout
+        root = Path(__file__).resolve().parents[1]
+        if not (root / "tests" / f"{args.what}_bench.py").exists():
+            raise FatalError(f"`gpugap bench {args.what}` runs from a source checkout (tests/)")
+        sys.path.insert(0, str(root))
+        gpu_bench = importlib.import_module(f"tests.{args.what}_bench")
+        gpu_code: int = gpu_bench.main(repeats=args.repeats)
+        return gpu_code
     if args.what == "kubernetes":  # needs the test API server: a source checkout
         root = Path(__file__).resolve().parents[1]
         if not (root / "tests" / "k8s_bench.py").exists():
@@ -151,6 +177,11 @@ def _bench(args: argparse.Namespace) -> int:
         k8s_bench = importlib.import_module("tests.k8s_bench")
         code: int = k8s_bench.main(repeats=min(args.repeats, 3))
         return code
+    if args.what == "report":  # the whole report over --rows synthetic GPU-minutes
+        from gpugap.report.bench import main as report_bench
+
+        counts = [int(float(r)) for r in args.rows.split(",")]
+        return report_bench(counts, args.repeats, args.clickhouse)
     if args.what == "warehouse":
         from sinks.bench import main as warehouse_bench
 
@@ -161,7 +192,30 @@ def _bench(args: argparse.Namespace) -> int:
     return bench_main(args.what, samples=args.samples, repeats=args.repeats)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _gpu_options(prod: argparse.ArgumentParser) -> None:
+    prod.add_argument(
+        "--endpoint",
+        action="append",
+        metavar="URL",
+        help="dcgm: a dcgm-exporter URL, e.g. http://node-1:9400/metrics (repeat)",
+    )
+    prod.add_argument(
+        "--allow-no-gpu", action="store_true", help="nvml: no driver: wait for one, don't fail"
+    )
+    prod.add_argument(
+        "--job-mapping-dir",
+        metavar="DIR",
+        help="nvml: Slurm job per GPU index (dcgm-exporter's hpc-job-mapping format)",
+    )
+    prod.add_argument(
+        "--pod-resources-socket",
+        metavar="PATH",
+        help="nvml: kubelet PodResources socket "
+        "(default /var/lib/kubelet/pod-resources/kubelet.sock, used when present)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per command
     p = argparse.ArgumentParser(
         prog="gpugap", description="Allocated vs consumed GPU-hours across Slurm and Kubernetes."
     )
@@ -232,12 +286,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="kubernetes: kubeconfig (default in-cluster, $KUBECONFIG)",
     )
+    _gpu_options(prod)
 
     bench = cmd("bench", _bench, "print codec and broker throughput figures")
     bench.add_argument(
         "what",
         nargs="?",
-        choices=["codec", "kafka", "simulate", "warehouse", "kubernetes", "all"],
+        choices=[
+            "codec",
+            "kafka",
+            "simulate",
+            "warehouse",
+            "report",
+            "kubernetes",
+            "nvml",
+            "dcgm",
+            "all",
+        ],
         default="all",
     )
     bench.add_argument("--samples", type=int, default=20_000, help="node samples per run")
@@ -254,13 +319,27 @@ def build_parser() -> argparse.ArgumentParser:
     from gpugap.cli_sim import register as register_sim  # simulate, record, replay
 
     register_sim(sub, cmd)
+    from gpugap.demo import register as register_demo  # demo
+
+    register_demo(sub, cmd)
     from streams.cli import register as register_streams  # worker
 
     register_streams(sub, cmd)
+    from gpugap.cli_report import register as register_report  # report, sql
+
+    register_report(sub, cmd)
+    from producers.slurm_cli import register as register_slurm  # slurm-hook, produce --since
+
+    register_slurm(sub, cmd)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["slurm-hook"]:  # slurmctld runs it per job: no parser, no heavy imports
+        from producers.slurm_hook import main as slurm_hook
+
+        return slurm_hook(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -7,6 +7,7 @@ be read from a file (``..._FILE``), the usual way to mount them in containers.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -172,6 +173,94 @@ class KubernetesSettings(BaseSettings):
     )(_comma_list)  # fmt: skip
 
 
+def _optional_path(value: object) -> object:
+    """An empty value (``GPUGAP_..._SOCKET=``) turns a default path off."""
+    off = isinstance(value, str) and value.strip().lower() in ("", "none", "off")
+    return None if off else value
+
+
+class NvmlSettings(BaseSettings):
+    """The NVML node agent (``gpugap produce nvml``)."""
+
+    model_config = _config("GPUGAP_NVML_")
+
+    cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
+    node: str | None = Field(
+        default=None, description="node name (default: the host name; Kubernetes: spec.nodeName)"
+    )
+    interval_s: float = Field(default=10.0, ge=1.0, description="seconds between samples")
+    rediscover_s: float = Field(default=60.0, gt=0, description="re-list GPUs and MIG devices")
+    allow_no_gpu: bool = Field(default=False, description="no driver: wait instead of failing")
+    pod_resources_socket: Path | None = Field(
+        default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        description="kubelet PodResources socket; used when it exists (empty: never)",
+    )
+    pod_resources_timeout_s: float = Field(default=2.0, gt=0)
+    job_mapping_dir: Path | None = Field(
+        default=None, description="Slurm: dcgm-exporter hpc-job-mapping directory"
+    )
+
+    _paths = field_validator("pod_resources_socket", "job_mapping_dir", mode="before")(
+        _optional_path
+    )
+
+
+class DcgmSettings(BaseSettings):
+    """The dcgm-exporter scraper (``gpugap produce dcgm``)."""
+
+    model_config = _config("GPUGAP_DCGM_")
+
+    endpoints: CommaList = Field(default_factory=list, description="dcgm-exporter /metrics URLs")
+    cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
+    interval_s: float = Field(default=15.0, ge=1.0, description="seconds between scrape rounds")
+    timeout_s: float = Field(default=5.0, gt=0, description="per endpoint and scrape")
+    max_concurrency: int = Field(default=100, ge=1, description="scrapes in flight at once")
+    max_body_bytes: int = Field(default=16 << 20, gt=0, description="larger scrapes are refused")
+
+    _lists = field_validator("endpoints", mode="before")(_comma_list)
+
+
+class SlurmSettings(BaseSettings):
+    """The Slurm hook (``gpugap slurm-hook``) and poller (``gpugap produce slurm``).
+
+    The hook reads the same variables without pydantic (producers/slurm_hook.py HookConfig):
+    slurmctld runs it on every job start and end, so it imports only the standard library.
+    """
+
+    model_config = _config("GPUGAP_SLURM_")
+
+    cluster: str | None = Field(
+        default=None, description="cluster name (default GPUGAP_CLUSTER, else Slurm's ClusterName)"
+    )
+    spool_dir: Path = Field(
+        default=Path("/var/spool/gpugap/slurm"),
+        description="hook: events Kafka did not take, and running jobs' start events",
+    )
+    hook_timeout_s: float = Field(
+        default=2.0, gt=0, description="hook: the most it may delay a job (scontrol + Kafka)"
+    )
+    end_hook: Literal["jobcomp", "epilog"] = Field(
+        default="jobcomp", description="which hook reports job ends (jobcomp/script is exact)"
+    )
+    source: Literal["auto", "pyslurm", "squeue", "scontrol"] = Field(
+        default="auto", description="poller: pyslurm when it matches, else squeue --json"
+    )
+    scontrol: str = "scontrol"
+    squeue: str = "squeue"
+    sacct: str = "sacct"
+    command_timeout_s: float = Field(default=30.0, gt=0, description="poller: per command")
+    interval_s: float = Field(default=30.0, gt=0, description="poller: seconds between polls")
+    state_file: Path | None = Field(
+        default=None, description="poller: ledger of reported events (a restart re-sends nothing)"
+    )
+    drain_spool: bool = Field(
+        default=True, description="poller: also ship the hook's spool when it is on this host"
+    )
+    since: datetime | None = Field(
+        default=None, description="poller: first backfill history from sacct since this time"
+    )
+
+
 class Settings(BaseSettings):
     model_config = _config("GPUGAP_")
 
@@ -181,6 +270,9 @@ class Settings(BaseSettings):
     clickhouse: ClickHouseSettings = Field(default_factory=ClickHouseSettings)
     services: ServicesSettings = Field(default_factory=ServicesSettings)
     k8s: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    nvml: NvmlSettings = Field(default_factory=NvmlSettings)
+    dcgm: DcgmSettings = Field(default_factory=DcgmSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
 
     def masked(self) -> dict[str, Any]:
         """The effective configuration with every secret shown as '**********'."""
@@ -200,6 +292,9 @@ def load() -> Settings:
         "clickhouse": ClickHouseSettings,
         "services": ServicesSettings,
         "k8s": KubernetesSettings,
+        "nvml": NvmlSettings,
+        "dcgm": DcgmSettings,
+        "slurm": SlurmSettings,
     }
     for field, cls in components.items():
         try:

@@ -6,11 +6,29 @@ import importlib
 
 from gpugap.errors import ConfigError
 
-from .base import Producer, run_producer
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (see __getattr__)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .base import Producer, run_producer
+
+
+def __getattr__(name: str) -> Any:
+    # Producer and run_producer import the publisher (aiokafka, pydantic): only on first use,
+    # so that light modules of this package (the Slurm hook, run per job) start fast.
+    if name in ("Producer", "run_producer"):
+        from . import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module 'producers' has no attribute {name!r}")
+
 
 #: name -> "module:Class"; imported only when asked for, so optional dependencies stay optional.
 REGISTRY: dict[str, str] = {
     "kubernetes": "producers.kubernetes:KubernetesProducer",
+    "nvml": "producers.nvml:NvmlProducer",
+    "dcgm": "producers.dcgm:DcgmProducer",
+    "slurm": "producers.slurm:SlurmProducer",
 }
 
 

@@ -58,6 +58,10 @@ class BatchingSink(ABC):
     async def close(self) -> None:
         """Release connections; called once after the last write."""
 
+    async def idle(self) -> None:
+        """Called on every poll that leaves nothing buffered: deferred work (a rollup) that
+        must not wait for the next record."""
+
     async def handle(self, records: Sequence[tuple[RawMessage, Record]]) -> bool:
         """Buffer a poll's records; write when the batch is full or old. True = all stored."""
         loop = asyncio.get_running_loop()
@@ -68,6 +72,8 @@ class BatchingSink(ABC):
         old = self._oldest is not None and loop.time() - self._oldest >= self.max_age_s
         if self._buffer and (full or old):
             await self.flush()
+        if not self._buffer:
+            await self.idle()
         return not self._buffer
 
     async def flush(self) -> bool:

@@ -8,12 +8,14 @@ that a repeated row collapses), so "at least once" from Kafka stores each fact o
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpugap.errors import RetriableError
 from gpugap.settings import ClickHouseSettings
 from schemas import Alert, DeadLetter, GpuMinute, K8sPodEvent, Record, SlurmJobEvent
 from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
@@ -21,6 +23,8 @@ from schemas.types import LifecycleKind, PodEventKind, WorkloadClass
 
 from .base import BatchingSink, Rejected
 from .warehouse import as_gpugap_error, connect
+
+log = logging.getLogger(__name__)
 
 MINUTE_COLUMNS = [
     "cluster",
@@ -278,6 +282,14 @@ class ClickHouseSink(BatchingSink):
 
     async def write(self, batch: Sequence[Record]) -> None:
         await asyncio.to_thread(self._write_sync, batch)
+
+    async def idle(self) -> None:
+        # the last hours a burst touched are rolled up without waiting for more records
+        if self._dirty_hours and time.monotonic() - self._last_rollup >= self.rollup_interval_s:
+            try:
+                await asyncio.to_thread(self._rollup)
+            except RetriableError as exc:
+                log.warning("%s: rollup deferred: %s", self.name, exc)
 
     def _write_sync(self, batch: Sequence[Record]) -> None:
         now = datetime.now(UTC)

@@ -1,0 +1,145 @@
+"""The report and sql commands, registered into ``gpugap``'s parser. Heavy imports stay in
+the handlers so ``gpugap --help`` stays fast; every bad input is one line via GpugapError."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from gpugap.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpugap.settings import ClickHouseSettings
+
+Cmd = Callable[..., argparse.ArgumentParser]
+_DIMENSIONS = "class, scheduler, team, cluster, allocation"
+_TIME = "ISO-8601 (2026-11-01T10:00Z; no offset = UTC) or relative (-24h, -7d, -30m, now)"
+
+
+def register(sub: Any, cmd: Cmd) -> None:
+    rep = cmd(
+        "report",
+        _report,
+        "GPU-hours allocated vs consumed and where the gap is: by dimension, top wasters, "
+        "unallocated capacity, Slurm padding, idle allocations and partial gangs now",
+    )
+    # "--since -24h" reads as a value, not as an unknown option (argparse otherwise only lets
+    # plain negative numbers through)
+    rep._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?\s*(s|m|min|h|d|w)?$")
+    rep.add_argument("--since", metavar="T", help=f"start (default: the first data); {_TIME}")
+    rep.add_argument("--until", metavar="T", help="end, exclusive (default: now); same forms")
+    rep.add_argument("--by", default="class", help=f"group the gap by: {_DIMENSIONS} (class)")
+    rep.add_argument("--top", type=int, default=10, metavar="N", help="rows per ranking (10)")
+    rep.add_argument("--format", default="table", help="table (default), json or csv")
+    rep.add_argument(
+        "--schema", action="store_true", help="print the JSON Schema of --format json and exit"
+    )
+    _clickhouse_flag(rep)
+
+    sql = cmd(
+        "sql",
+        _sql,
+        "run one read-only query (SELECT, SHOW, DESCRIBE...) on the warehouse and print it",
+    )
+    sql.add_argument("query", help='e.g. "SELECT * FROM v_top_waste LIMIT 10"')
+    sql.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="server-side parameter for {NAME:Type} in the query (repeat)",
+    )
+    sql.add_argument("--format", default="table", help="table (default), json or csv")
+    sql.add_argument(
+        "--max-rows", type=int, default=10_000, metavar="N", help="stop after N rows (10000)"
+    )
+    _clickhouse_flag(sql)
+
+
+def _clickhouse_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--clickhouse",
+        metavar="URL",
+        help="ClickHouse HTTP URL (default GPUGAP_CLICKHOUSE_URL; user, password and "
+        "database from GPUGAP_CLICKHOUSE_*)",
+    )
+
+
+def _settings(args: argparse.Namespace) -> ClickHouseSettings:
+    from gpugap.settings import load
+    from sinks.warehouse import client_options
+
+    settings = load().clickhouse
+    if args.clickhouse:
+        settings = settings.model_copy(update={"url": args.clickhouse})
+    client_options(settings)  # a malformed URL is a ConfigError before any connection
+    return settings
+
+
+def _report(args: argparse.Namespace) -> int:
+    from gpugap.report import (
+        BY_COLUMN,
+        DIMENSIONS,
+        FORMATS,
+        build_report,
+        open_client,
+        parse_window,
+        render,
+        report_schema,
+    )
+
+    if args.schema:
+        print(json.dumps(report_schema(), indent=2))
+        return 0
+    # every argument is checked before connecting: a typo fails fast, with or without a server
+    if args.by not in BY_COLUMN:
+        raise ConfigError(f"unknown --by {args.by!r}: choose one of {', '.join(DIMENSIONS)}")
+    if args.format not in FORMATS:
+        raise ConfigError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
+    if args.top < 1:
+        raise ConfigError(f"--top must be at least 1, got {args.top}")
+    since, until = parse_window(args.since, args.until, datetime.now(UTC))
+    settings = _settings(args)
+    client = open_client(settings)
+    try:
+        report = build_report(client, since, until, args.by, args.top)
+    finally:
+        client.close()
+    print(render(report, args.format))
+    return 0
+
+
+def _sql(args: argparse.Namespace) -> int:
+    from gpugap.report import FORMATS, open_client
+    from gpugap.report.query import run_query
+    from gpugap.report.table import results
+
+    if args.format not in FORMATS:
+        raise ConfigError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
+    if args.max_rows < 1:
+        raise ConfigError(f"--max-rows must be at least 1, got {args.max_rows}")
+    params = {}
+    for item in args.param:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ConfigError(f"--param wants NAME=VALUE, got {item!r}")
+        params[name] = value
+    settings = _settings(args)
+    client = open_client(settings)
+    try:
+        # the server stops after about max_rows (whole blocks); the rest is cut here
+        limit = {"max_result_rows": args.max_rows, "result_overflow_mode": "break"}
+        result = run_query(client, args.query, params or None, limit)
+    finally:
+        client.close()
+    rows = result.result_rows
+    if len(rows) > args.max_rows:
+        rows = rows[: args.max_rows]
+        print(f"gpugap: showing the first {args.max_rows} rows (--max-rows)", file=sys.stderr)
+    print(results(list(result.column_names), rows, args.format))
+    return 0

@@ -1,0 +1,167 @@
+"""The report as data: what ``gpugap report --format json`` prints and ``--schema`` describes.
+
+Every figure is in GPU-hours (DESIGN.md). A gap % is the gap over the *measured* allocated
+GPU-hours (allocated time with telemetry): time without telemetry is reported as unmeasured,
+never counted as idle or as consumed. Lists are ranked by absolute gap, never by percentage.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION: Literal[1] = 1
+Dimension = Literal["class", "scheduler", "team", "cluster", "allocation"]
+DIMENSIONS: tuple[str, ...] = ("class", "scheduler", "team", "cluster", "allocation")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Window(_Model):
+    since: datetime | None = Field(description="start as asked (UTC); null: from the first data")
+    until: datetime | None = Field(description="end as asked (UTC), exclusive; null: up to now")
+    hour_from: datetime | None = Field(
+        description="start widened to the whole hour (the views' grain); null: unbounded"
+    )
+    hour_to: datetime | None = Field(description="end widened to the whole hour, exclusive")
+    data_from: datetime | None = Field(description="the first day any data exists")
+    latest_minute: datetime | None = Field(
+        description="the latest GPU-minute stored: what the 'now' sections are as of"
+    )
+
+
+class Gap(_Model):
+    key: str = Field(description="the group's value ('all' for totals, 'other (N)' for the rest)")
+    allocated_gpu_h: float
+    measured_gpu_h: float = Field(description="allocated with telemetry")
+    consumed_gpu_h: float
+    gap_gpu_h: float = Field(description="measured - consumed")
+    gap_pct: float | None = Field(description="100 * gap / measured; null when nothing measured")
+    unmeasured_gpu_h: float = Field(description="allocated without telemetry")
+    idle_gpu_h: float = Field(description="allocated GPU-minutes below the idle threshold")
+
+
+class AllocationWaste(_Model):
+    rank: int
+    cluster: str
+    allocation_id: str
+    name: str = Field(description="Slurm job name, or namespace/pod; '' if unknown")
+    scheduler: str
+    workload_class: str
+    owner: str
+    team: str
+    gpus_requested: int | None
+    final_state: str | None = Field(description="null while it runs (or its end is unknown)")
+    gap: Gap
+
+
+class OwnerWaste(_Model):
+    rank: int
+    owner: str = Field(description="'' when the scheduler named nobody")
+    teams: list[str]
+    allocations: int
+    gap: Gap
+
+
+class Capacity(_Model):
+    capacity_gpu_h: float = Field(description="GPU-hours of every GPU that reported: held + not")
+    allocated_gpu_h: float
+    unallocated_gpu_h: float = Field(description="GPU-hours no allocation held")
+    unallocated_pct: float | None
+    unattributed_gpu_h: float = Field(
+        description="activity on GPUs no allocation held (missing events, or work outside "
+        "the scheduler)"
+    )
+
+
+class NodeUse(_Model):
+    cluster: str
+    node: str
+    unallocated_gpu_h: float
+    unattributed_gpu_h: float
+
+
+class PaddingRow(_Model):
+    user: str
+    account: str
+    jobs: int
+    median_limit_ratio: float = Field(description="time limit / elapsed, median over the jobs")
+    padding_gpu_h: float = Field(description="GPUs x (limit - elapsed), summed")
+
+
+class Padding(_Model):
+    jobs: int = Field(description="finished Slurm jobs with a time limit, ended in the window")
+    median_limit_ratio: float | None
+    padding_gpu_h: float
+    rows: list[PaddingRow] = Field(description="per user and account, most padding first")
+
+
+class IdleAllocation(_Model):
+    cluster: str
+    allocation_id: str
+    name: str
+    scheduler: str
+    workload_class: str
+    owner: str
+    team: str
+    gpus: int
+    activity: float = Field(description="consumed / allocated over the last 15 minutes, 0..1")
+    last_minute: datetime
+
+
+class IdleNow(_Model):
+    allocations: int
+    gpus: int
+    rows: list[IdleAllocation] = Field(description="most GPUs first")
+
+
+class PartialGang(_Model):
+    cluster: str
+    gang_id: str
+    owner: str
+    team: str
+    workload_class: str
+    running_pods: int | None
+    pending_pods: int | None
+    nodes: int
+    opened_at: datetime
+    held_gpu_h: float = Field(description="GPU-hours the running pods held idle so far")
+
+
+class PartialGangsNow(_Model):
+    gangs: int
+    held_gpu_h: float
+    rows: list[PartialGang] = Field(description="most GPU-hours held first")
+
+
+class Report(_Model):
+    """Allocated vs consumed GPU-hours, and where the gap is."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    window: Window
+    by: Dimension
+    top: int = Field(description="how many rows each ranked list keeps")
+    totals: Gap
+    breakdown: list[Gap] = Field(
+        description="per value of `by`, largest gap first; the rest summed in one 'other' row"
+    )
+    top_allocations: list[AllocationWaste]
+    top_owners: list[OwnerWaste]
+    capacity: Capacity
+    unattributed_nodes: list[NodeUse] = Field(description="nodes by unattributed use")
+    slurm_padding: Padding
+    idle_now: IdleNow
+    partial_gangs_now: PartialGangsNow
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema of ``gpugap report --format json`` (``gpugap report --schema``)."""
+    schema = Report.model_json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"urn:gpugap:report:v{SCHEMA_VERSION}"
+    schema["title"] = "gpugap report"
+    return schema

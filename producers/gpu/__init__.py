@@ -1,0 +1,1 @@
+"""Device telemetry helpers shared by the NVML agent and the dcgm-exporter scraper."""

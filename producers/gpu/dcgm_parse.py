@@ -1,0 +1,215 @@
+"""dcgm-exporter's Prometheus text -> node samples (pure: no I/O).
+
+Parsing is prometheus_client's own parser; this module only maps DCGM fields and labels:
+
+- one GPU per ``UUID`` (``uuid`` in some builds) and, for MIG, per ``GPU_I_ID``; dcgm-exporter
+  labels a MIG instance with its parent's UUID, so the instance is named
+  ``MIG-<parent uuid>/<GPU_I_ID>/0`` (DESIGN.md: parent UUID + instance id) and carries
+  ``mig`` with the profile from ``GPU_I_PROFILE``. On a GPU with instances, series without
+  ``GPU_I_ID`` describe the whole board and are not a device of their own.
+- node from ``Hostname`` (``hostname`` in newer builds), else the endpoint's host.
+- activity: ``PROF_SM_ACTIVE``, else ``PROF_GR_ENGINE_ACTIVE``, else ``GPU_UTIL`` / 100.
+- attribution: ``pod``/``namespace``/``container`` (or the old ``pod_name``/``pod_namespace``/
+  ``container_name``), and ``hpc_job`` as the Slurm job.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
+
+from schemas import Attribution, GpuSample, MigInstance, NodeSample
+from schemas.types import GPU_UUID_PATTERN, ActivityMetric, DeadLetterKind, SampleSource
+
+#: DCGM field -> our name for it
+FIELDS = {
+    "DCGM_FI_PROF_SM_ACTIVE": "sm_active",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_active",
+    "DCGM_FI_DEV_GPU_UTIL": "util",
+    "DCGM_FI_DEV_FB_USED": "fb_used",
+    "DCGM_FI_DEV_FB_FREE": "fb_free",
+    "DCGM_FI_DEV_FB_RESERVED": "fb_reserved",
+    "DCGM_FI_DEV_FB_TOTAL": "fb_total",
+    "DCGM_FI_DEV_POWER_USAGE": "power",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "energy",
+    "DCGM_FI_DEV_SM_CLOCK": "sm_clock",
+}
+SAMPLE_FIELDS = (
+    "activity",
+    "utilization",
+    "memory_used_mib",
+    "memory_total_mib",
+    "power_w",
+    "energy_mj",
+    "sm_clock_mhz",
+)
+_WANTED = tuple(FIELDS)
+_POD_LABELS = (("pod", "pod_name"), ("namespace", "pod_namespace"), ("container", "container_name"))
+
+
+class ScrapeError(Exception):
+    """A scrape that yields no valid node sample; ``kind`` is the dead-letter kind."""
+
+    def __init__(self, kind: DeadLetterKind, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+@dataclass
+class _Gpu:
+    node: str
+    uuid: str
+    index: int
+    gi: int | None
+    labels: dict[str, str]
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def _label(labels: dict[str, str], *names: str) -> str | None:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return None
+
+
+def _ratio(value: float) -> float:
+    # DCGM's ratios can overshoot by float rounding; anything further off is a real error
+    return min(1.0, max(0.0, value)) if -1e-3 <= value <= 1.0 + 1e-3 else value
+
+
+def parse_scrape(
+    text: str, *, cluster: str, default_node: str, time: datetime, interval_s: float | None
+) -> list[NodeSample]:
+    """One node sample per node found in the scrape (normally one). Raises ScrapeError."""
+    if text and not text.endswith("\n"):  # every line ends in one: the body was cut short
+        raise ScrapeError(DeadLetterKind.MALFORMED, "scrape truncated (no final newline)")
+    # Only the series used here go through the parser (a full scrape has 3-5x more): the
+    # parse is most of a round's CPU time with 100 endpoints.
+    wanted = "".join(line for line in text.splitlines(keepends=True) if line.startswith(_WANTED))
+    gpus: dict[tuple[str, str, int | None], _Gpu] = {}
+    try:
+        for family in text_string_to_metric_families(wanted):
+            for s in family.samples:
+                # the parser renames counter samples to OpenMetrics' '<name>_total'
+                ours = FIELDS.get(s.name) or FIELDS.get(s.name.removesuffix("_total"))
+                if ours is None or math.isnan(s.value):
+                    continue
+                labels = s.labels
+                uuid = _label(labels, "UUID", "uuid")
+                if uuid is None:
+                    continue  # not a per-GPU series
+                gi_text = labels.get("GPU_I_ID") or None
+                gi = int(gi_text) if gi_text is not None else None
+                node = _label(labels, "Hostname", "hostname") or default_node
+                key = (node, uuid, gi)
+                gpu = gpus.get(key)
+                if gpu is None:
+                    gpu = gpus[key] = _Gpu(node, uuid, int(labels.get("gpu", 0)), gi, labels)
+                gpu.values.setdefault(ours, s.value)  # several hpc_job series: the first
+    except ValueError as exc:  # prometheus_client's way of saying "not the text format"
+        raise ScrapeError(DeadLetterKind.MALFORMED, f"not Prometheus text format: {exc}") from None
+    if not gpus:
+        try:  # nothing of ours: is the rest valid text format at all? (rare: parse it all)
+            for _ in text_string_to_metric_families(text):
+                pass
+        except ValueError as exc:
+            raise ScrapeError(
+                DeadLetterKind.MALFORMED, f"not Prometheus text format: {exc}"
+            ) from None
+        raise ScrapeError(
+            DeadLetterKind.REJECTED, "no DCGM GPU series in the scrape (is it dcgm-exporter?)"
+        )
+    partitioned = {(g.node, g.uuid) for g in gpus.values() if g.gi is not None}
+    by_node: dict[str, list[GpuSample]] = {}
+    what = "the scrape"
+    try:
+        for g in gpus.values():
+            if g.gi is None and (g.node, g.uuid) in partitioned:
+                continue  # the board of a MIG GPU: its instances are the devices
+            what = f"GPU {g.index} ({g.uuid}{'' if g.gi is None else f' GI {g.gi}'})"
+            by_node.setdefault(g.node, []).append(_sample(g))
+        what = "the node sample"
+        return [
+            NodeSample(
+                cluster=cluster,
+                node=node,
+                time=time,
+                source=SampleSource.DCGM,
+                interval_s=interval_s,
+                gpus=tuple(sorted(samples, key=_order)),
+            )
+            for node, samples in by_node.items()
+        ]
+    except ValidationError as exc:
+        problems = "; ".join(_problem(e) for e in exc.errors(include_url=False)[:5])
+        raise ScrapeError(DeadLetterKind.SCHEMA, f"{what}: {problems}") from None
+
+
+def _problem(e: Any) -> str:
+    msg = e["msg"]
+    if (
+        e["type"] == "string_pattern_mismatch"
+        and e.get("ctx", {}).get("pattern") == GPU_UUID_PATTERN
+    ):
+        msg = "should be a GPU UUID ('GPU-<uuid>')"
+    return f"{'.'.join(map(str, e['loc'])) or '(record)'}: {msg} (got {e.get('input')!r})"
+
+
+def _order(g: GpuSample) -> tuple[int, int, str]:
+    return (g.index, g.mig.gpu_instance_id if g.mig else -1, g.uuid)
+
+
+def _sample(g: _Gpu) -> GpuSample:
+    v = g.values
+    out: dict[str, Any] = {}
+    if "sm_active" in v:
+        out.update(activity=_ratio(v["sm_active"]), activity_metric=ActivityMetric.SM_ACTIVE)
+    elif "gr_active" in v:
+        out.update(activity=_ratio(v["gr_active"]), activity_metric=ActivityMetric.GR_ENGINE_ACTIVE)
+    if "util" in v:
+        out["utilization"] = _ratio(v["util"] / 100)
+        if "activity" not in out:
+            out.update(activity=out["utilization"], activity_metric=ActivityMetric.UTILIZATION)
+    if "fb_used" in v:
+        out["memory_used_mib"] = float(v["fb_used"])
+    if "fb_total" in v:
+        out["memory_total_mib"] = float(v["fb_total"])
+    elif "fb_used" in v and "fb_free" in v:
+        out["memory_total_mib"] = float(v["fb_used"] + v["fb_free"] + v.get("fb_reserved", 0.0))
+    if "power" in v:
+        out["power_w"] = float(v["power"])
+    if "energy" in v:
+        out["energy_mj"] = round(v["energy"])
+    if "sm_clock" in v:
+        out["sm_clock_mhz"] = round(v["sm_clock"])
+    labels = g.labels
+    mig = None
+    uuid = g.uuid
+    if g.gi is not None:
+        mig = MigInstance(
+            parent_uuid=g.uuid, gpu_instance_id=g.gi, profile=labels.get("GPU_I_PROFILE") or None
+        )
+        uuid = f"MIG-{g.uuid}/{g.gi}/0"
+    pod, namespace, container = (_label(labels, *names) for names in _POD_LABELS)
+    job = labels.get("hpc_job") or None
+    attribution = (
+        Attribution(pod=pod, namespace=namespace, container=container, slurm_job_id=job)
+        if pod or job
+        else None
+    )
+    return GpuSample(
+        uuid=uuid,
+        index=g.index,
+        model=labels.get("modelName") or None,
+        mig=mig,
+        unsupported=tuple(f for f in SAMPLE_FIELDS if f not in out),
+        attribution=attribution,
+        **out,
+    )

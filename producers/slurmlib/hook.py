@@ -1,0 +1,208 @@
+"""The Slurm hook's work (see producers/slurm_hook.py): the start and end events, the send to
+Kafka under one deadline, the spool. Standard library only."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from . import event as E
+from . import spool, wire
+from .parse import ParseError, jobcomp_env, scontrol_job
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hook's start-up)
+if TYPE_CHECKING:
+    from typing import Any
+
+BACKLOG_PER_HOOK = 50  # spooled events a hook ships after its own (bounded by the deadline)
+SEARCH = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")  # slurmctld strips PATH
+
+
+class HookConfig:
+    """The environment variables ``SlurmSettings``/``KafkaSettings`` read, read without them."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.cluster = env.get("GPUGAP_SLURM_CLUSTER") or env.get("GPUGAP_CLUSTER") or None
+        self.spool_dir = env.get("GPUGAP_SLURM_SPOOL_DIR") or "/var/spool/gpugap/slurm"
+        self.timeout_s = float(env.get("GPUGAP_SLURM_HOOK_TIMEOUT_S") or 2.0)
+        self.scontrol = env.get("GPUGAP_SLURM_SCONTROL") or "scontrol"
+        self.end_hook = env.get("GPUGAP_SLURM_END_HOOK") or "jobcomp"
+        self.bootstrap = env.get("GPUGAP_KAFKA_BOOTSTRAP") or "127.0.0.1:9092"
+        self.topic_prefix = env.get("GPUGAP_KAFKA_TOPIC_PREFIX") or ""
+        protocol = env.get("GPUGAP_KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT"
+        self.plaintext = protocol == "PLAINTEXT"
+        self.client_id = env.get("GPUGAP_KAFKA_CLIENT_ID") or "gpugap-slurm-hook"
+
+
+def find_tool(name: str, env: Mapping[str, str]) -> str:
+    if "/" in name:
+        return name
+    for d in [*(env.get("PATH") or "").split(os.pathsep), *SEARCH]:
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    return name
+
+
+def log(cfg: HookConfig, msg: str) -> None:
+    """One line to stderr and to <spool>/hook.log (slurmctld discards the hook's output)."""
+    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} gpugap slurm-hook[{os.getpid()}]: {msg}\n"
+    sys.stderr.write(line)
+    try:
+        os.makedirs(cfg.spool_dir, exist_ok=True)
+        path = os.path.join(cfg.spool_dir, "hook.log")
+        if os.path.exists(path) and os.path.getsize(path) > 4 << 20:
+            os.replace(path, path + ".1")
+        with open(path, "a") as fh:
+            fh.write(line)
+    except OSError:
+        pass
+
+
+def cluster_of(cfg: HookConfig, env: Mapping[str, str], start: dict[str, Any] | None) -> str:
+    if cfg.cluster:
+        return cfg.cluster
+    if start and start.get("cluster"):
+        return str(start["cluster"])
+    return env.get("SLURM_CLUSTER_NAME") or env.get("CLUSTER") or "default"
+
+
+def scontrol_show(cfg: HookConfig, env: Mapping[str, str], job: str, deadline: float) -> str:
+    import subprocess  # only the prolog runs a command (~10 ms of imports the others skip)
+
+    run_env = dict(env)
+    run_env["SLURM_TIME_FORMAT"] = "%s"  # epoch seconds: no guessing slurmctld's time zone
+    try:
+        out = subprocess.run(
+            [find_tool(cfg.scontrol, env), "-o", "show", "job", "-d", job],
+            capture_output=True,
+            timeout=max(0.05, deadline - time.monotonic() - 0.3),  # leave time to send or spool
+            env=run_env,
+            check=False,
+        )
+    except subprocess.SubprocessError as exc:  # timed out: slurmctld busy
+        raise ParseError(f"scontrol: {exc}") from None
+    if out.returncode != 0:
+        raise ParseError(f"scontrol exited {out.returncode}: {out.stderr.decode()[-300:]}")
+    return out.stdout.decode(errors="replace")
+
+
+if TYPE_CHECKING:
+    Envelope = dict[str, Any]
+
+
+def _job_envelope(ev: dict[str, Any]) -> Envelope:
+    ts = E.iso_ms(ev["time"])
+    return spool.envelope(E.TOPIC, E.key_of(ev), ev, ts)
+
+
+def _dead_envelope(raw: bytes, reason: str, consumer: str) -> Envelope:
+    now = time.time()
+    dl = E.dead_letter(raw, reason, consumer, now)
+    return spool.envelope(E.DEAD_LETTER_TOPIC, E.TOPIC, dl, int(now * 1000))
+
+
+def on_prolog(cfg: HookConfig, env: Mapping[str, str], deadline: float) -> list[Envelope]:
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+    text = ""
+    try:
+        text = scontrol_show(cfg, env, job, deadline)
+        # a het job's leader id shows every component: take this job's own line
+        lines = [ln for ln in text.splitlines() if ln.startswith(f"JobId={job} ")]
+        info = scontrol_job(lines[0] if lines else text.strip())
+        if not info.started:
+            raise ParseError(f"scontrol: job {job} is {info.state} on {info.nodes or 'no nodes'}")
+    except (ParseError, OSError, ValueError) as exc:
+        # no start event: one without GPUs would shadow the poller's (same event_id)
+        log(cfg, f"job {job}: no start event ({exc}); the poller reports it")
+        return [_dead_envelope(text.encode(), f"job {job}: {exc}", "slurm-hook:scontrol")]
+    ev = E.job_event(info, "start", cluster_of(cfg, env, None), "hook")
+    spool.save_start(cfg.spool_dir, info.raw_id, ev)
+    return [_job_envelope(ev)]
+
+
+def _epilog_state(env: Mapping[str, str]) -> tuple[str, str]:
+    """EpilogSlurmctld gets no state: infer one from the exit code (TIMEOUT is not told apart
+    from a cancellation; jobcomp/script reports it exactly)."""
+    status, sig = (env.get("SLURM_JOB_EXIT_CODE2") or "0:0").partition(":")[::2]
+    if sig not in ("", "0"):
+        return "CANCELLED", f"0:{sig}"
+    return ("FAILED" if status not in ("", "0") else "COMPLETED"), f"{status}:0"
+
+
+def on_end(cfg: HookConfig, env: Mapping[str, str], epilog: bool) -> tuple[list[Envelope], str]:
+    if epilog:
+        state, code = _epilog_state(env)
+        now = str(int(time.time()))
+        env = {
+            "JOBID": env.get("SLURM_JOB_ID", ""),
+            "ARRAYJOBID": env.get("SLURM_ARRAY_JOB_ID", ""),
+            "ARRAYTASKID": env.get("SLURM_ARRAY_TASK_ID", ""),
+            "HETJOBID": env.get("SLURM_HET_JOB_ID", ""),
+            "HETJOBOFFSET": env.get("SLURM_HET_JOB_OFFSET", ""),
+            "USERNAME": env.get("SLURM_JOB_USER", ""),
+            "ACCOUNT": env.get("SLURM_JOB_ACCOUNT", ""),
+            "PARTITION": env.get("SLURM_JOB_PARTITION", ""),
+            "JOBNAME": env.get("SLURM_JOB_NAME", ""),
+            "NODES": env.get("SLURM_JOB_NODELIST", ""),
+            "JOBSTATE": state,
+            "EXITCODE": code,
+            "END": now,
+            "CLUSTER": env.get("SLURM_CLUSTER_NAME", ""),
+        }
+    info = jobcomp_env(env)
+    start = spool.load_start(cfg.spool_dir, info.raw_id)
+    if start is not None:
+        info.merge_start(start)
+        if epilog:  # what the epilog does not know, the start event does
+            info.start = E.iso_ms(start["start_time"]) // 1000
+            info.submit = E.iso_ms(start["submit_time"]) // 1000 if "submit_time" in start else None
+            info.qos, info.batch = start.get("qos"), not start.get("interactive", False)
+    cluster = cluster_of(cfg, env, start)
+    return [_job_envelope(E.job_event(info, "end", cluster, "hook"))], info.raw_id
+
+
+def deliver(cfg: HookConfig, envelopes: Sequence[Envelope], deadline: float) -> str:
+    """Send to Kafka before the deadline (with some spooled backlog), else spool. Returns
+    'sent' or 'spooled'."""
+    claimed: list[str] = []
+    backlog: list[Envelope] = []
+    try:
+        if not cfg.plaintext:
+            raise wire.WireError("TLS/SASL: the drainer ships these")
+        for path in spool.pending(cfg.spool_dir)[:BACKLOG_PER_HOOK]:
+            c = spool.claim(path)
+            if c is not None:
+                try:
+                    backlog.append(spool.read(c))
+                    claimed.append(c)
+                except (OSError, ValueError):
+                    spool.unclaim(c)
+        records = [
+            (
+                cfg.topic_prefix + e["topic"],
+                e["key"].encode(),
+                E.encode(e["value"]),
+                int(e["timestamp_ms"]),
+            )
+            for e in [*envelopes, *backlog]
+        ]
+        if records:
+            # stop short of the deadline: spooling (an fsync) must fit in what is left
+            until = deadline - min(0.25, cfg.timeout_s / 4)
+            wire.send(cfg.bootstrap, records, deadline=until, client_id=cfg.client_id)
+    except (wire.WireError, OSError) as exc:
+        for c in claimed:
+            spool.unclaim(c)
+        for e in envelopes:
+            spool.spool(cfg.spool_dir, e, e["value"].get("event_id") or f"dlq-{time.time_ns()}")
+        if envelopes:
+            log(
+                cfg,
+                f"Kafka at {cfg.bootstrap} did not take {len(envelopes)} event(s) ({exc}); spooled",
+            )
+        return "spooled"
+    for c in claimed:
+        spool.release(c)
+    return "sent"

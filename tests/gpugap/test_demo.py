@@ -1,0 +1,102 @@
+"""``gpugap demo`` end to end on the embedded defaults: its own Kafka, its own ClickHouse
+endpoint, the worker and the sink as processes, the scenario replayed; the report it prints
+equals the scenario's ground truth, and nothing it started is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpugap.services.kafka import free_port
+
+pytestmark = pytest.mark.kafka
+
+
+def close(got: float, want: float) -> bool:
+    return abs(got - want) <= 0.001 * abs(want) + 1e-3
+
+
+def test_demo_report_equals_the_ground_truth_and_stops_everything(tmp_path: Path) -> None:
+    truth, report = tmp_path / "truth.json", tmp_path / "report.json"
+    data = tmp_path / "data"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpugap",
+            "demo",
+            "--scenario",
+            "small",
+            "--speed",
+            "0",
+            "--duration",
+            "1",
+            "--clickhouse-port",
+            str(free_port()),
+            "--truth",
+            str(truth),
+            "--save-report",
+            str(report),
+            "--data-dir",
+            str(data),
+        ],
+        env={**os.environ, "GPUGAP_LOG_LEVEL": "WARNING"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Gap by class" in done.stdout and "ClickHouse answers at" in done.stdout
+    assert "stopped everything the demo started" in done.stdout
+    t, r = json.loads(truth.read_text()), json.loads(report.read_text())
+    got = {row["key"]: row for row in r["breakdown"]}
+    assert set(got) == set(t["by_class"])
+    for cls, want in t["by_class"].items():
+        assert close(got[cls]["allocated_gpu_h"] * 3600, want["allocated_gpu_s"]), (cls, got)
+        assert close(got[cls]["consumed_gpu_h"] * 3600, want["consumed_gpu_s"]), (cls, got)
+    assert not ours(str(data)), "the demo left processes behind"
+
+
+def ours(marker: str) -> list[int]:
+    """Processes whose command line or environment names the demo's data directory."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            text = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in text:
+            found.append(int(proc.name))
+    return found
+
+
+def test_demo_bad_input_is_one_line_and_nonzero(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, text in (
+            (["--duration", "-3"], "--duration must be positive"),
+            (["--speed", "-1"], "--speed must be >= 0"),
+            (["--clickhouse-port", str(port), "--kafka", "127.0.0.1:1"], f"port {port} is"),
+        ):
+            done = subprocess.run(
+                [sys.executable, "-m", "gpugap", "demo", *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 2, (args, done.stderr)
+            lines = [x for x in done.stderr.splitlines() if x.strip()]
+            assert len(lines) == 1 and text in lines[0], (args, done.stderr)
