@@ -121,7 +121,7 @@ class Demo:
         metrics = free_port()
         self._spawn(
             "worker",
-            [*GPUGAP, "worker", "--http", f"127.0.0.1:{metrics}", "--idle-flush", "3"],
+            [*GPUGAP, "worker", "--http", f"127.0.0.1:{metrics}", "--idle-flush", "5"],
             env,
         )
         self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], env)

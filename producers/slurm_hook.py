@@ -90,3 +90,7 @@ def main(argv: Sequence[str] = ()) -> int:
         return 0
     run(os.environ, started_at())
     return 0
+
+
+if __name__ == "__main__":  # ``python -S -m producers.slurm_hook``: the fastest start
+    sys.exit(main(sys.argv[1:]))

@@ -123,7 +123,12 @@ class Runner:
         """Every input partition is assigned and read to its end (not merely paused, as
         during a rebalance)."""
         assigned = [tp for tp in self.app.consumer.assignment() if tp.topic in self.inputs]
-        return bool(assigned) and not await self._lagging()
+        if not assigned or await self._lagging():
+            return False
+        # the fetcher's highwater is only as fresh as its last fetch (stale after a long
+        # stall): ask the broker for the end offsets before closing every open minute
+        ends = await self.app.consumer.highwaters(*assigned)
+        return all(self.next.get(tp, self.start.get(tp, 0)) >= ends.get(tp, 0) for tp in assigned)
 
     async def _start_offsets(self, tps: list[Any]) -> dict[Any, int]:
         """Where reading starts in partitions that have delivered nothing yet: the group's
@@ -158,6 +163,7 @@ class Runner:
         for key, value in self.join.snapshot({**self.skip, **offsets}):
             await self.pub.send_raw(topic, key, value)
         await self.pub.flush()
+        self.join.snapshot_stored()
         # ack strictly in offset order and only below each partition's resume point: Faust
         # commits the first run of consecutive acked offsets, wherever it starts (with no
         # commit yet), so one early ack (a dead letter) would commit past unread records

@@ -30,6 +30,10 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb
 NEEDED = ("slurmctld", "slurmd", "sbatch", "munged", "slurmdbd", "mariadbd")
 SBIN = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 GPUGAP = Path(sys.executable).with_name("gpugap")
+#: what slurmctld runs, as deploy/slurm/gpugap-hook does: ``-S`` skips site (its .pth files
+#: cost more than the hook itself), the package found through PYTHONPATH instead
+ROOT = Path(__file__).resolve().parents[1]
+HOOK = f"PYTHONPATH={ROOT} {sys.executable} -S -m producers.slurm_hook"
 
 
 def which(name: str) -> str | None:
@@ -246,7 +250,7 @@ class SlurmCluster:
             "TIMEFORMAT='%U %S'\n"
             "t0=$EPOCHREALTIME\n"
             'if [ "$GPUGAP_TEST_HOOKS_OFF" = 1 ]; then cpu="0 0"; else\n'
-            f"  cpu=$( {{ time {GPUGAP} slurm-hook >/dev/null 2>&1; }} 2>&1 ); fi\n"
+            f"  cpu=$( {{ time {HOOK} >/dev/null 2>&1; }} 2>&1 ); fi\n"
             "t1=$EPOCHREALTIME\n"
             'echo "${SLURM_SCRIPT_CONTEXT:-jobcomp} ${SLURM_JOB_ID:-$JOBID} $t0 $t1 $cpu"'
             f" >> {hooks}/timings\n"
