@@ -119,12 +119,13 @@ class Demo:
         migrate(ch)
         _create_topics(kafka)
         metrics = free_port()
+        quiet = {**env, "GPUGAP_LOG_LEVEL": "ERROR"}  # errors still show; chatter does not
         self._spawn(
             "worker",
             [*GPUGAP, "worker", "--http", f"127.0.0.1:{metrics}", "--idle-flush", "5"],
-            env,
+            quiet,
         )
-        self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], env)
+        self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], quiet)
         truth = self.opts.truth or self.tmp / "truth.json"
         sim = [*GPUGAP, "simulate", "--scenario", self.opts.scenario, "--truth", str(truth)]
         speed = self._speed()
@@ -186,8 +187,9 @@ class Demo:
                     "gpu_minutes), (SELECT uniqExact(alert_id) FROM alerts)"
                 ).result_rows[0]
                 lag = int(sum(v for k, v in m.items() if k.startswith("gpugap_worker_lag")))
+                reached = f"{latest:%Y-%m-%d %H:%M}" if rows else "(nothing stored yet)"
                 line = (
-                    f"simulated up to {latest:%Y-%m-%d %H:%M} | {rate:,.0f} messages/s | "
+                    f"simulated up to {reached} | {rate:,.0f} messages/s | "
                     f"worker lag {lag:,} | GPU-minutes stored {rows:,} | alerts {alerts:,}"
                 )
                 if self.tty:
@@ -197,9 +199,16 @@ class Demo:
                 sim_done = self.procs["simulate"].poll() is not None
                 if sim_done and self.procs["simulate"].returncode != 0:
                     raise ServiceError("the simulator failed: see the lines above")
-                stable = stable + 1 if sim_done and rows == last_rows and lag == 0 else 0
+                # done: the replay ended, the worker read everything and closed every minute
+                # (its idle flush), and the sink stored it (the count stopped moving)
+                drained = (
+                    lag == 0
+                    and m.get("gpugap_worker_open_minutes", 1) == 0
+                    and m.get("gpugap_worker_buffered_records", 1) == 0
+                )
+                stable = stable + 1 if sim_done and drained and rows == last_rows else 0
                 last_rows = rows
-                if until_done and stable >= 3:
+                if until_done and stable >= 2:
                     return
         finally:
             client.close()
