@@ -163,7 +163,6 @@ class Runner:
         for key, value in self.join.snapshot({**self.skip, **offsets}):
             await self.pub.send_raw(topic, key, value)
         await self.pub.flush()
-        self.join.snapshot_stored()
         # ack strictly in offset order and only below each partition's resume point: Faust
         # commits the first run of consecutive acked offsets, wherever it starts (with no
         # commit yet), so one early ack (a dead letter) would commit past unread records
