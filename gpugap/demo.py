@@ -199,16 +199,13 @@ class Demo:
                 sim_done = self.procs["simulate"].poll() is not None
                 if sim_done and self.procs["simulate"].returncode != 0:
                     raise ServiceError("the simulator failed: see the lines above")
-                # done: the replay ended, the worker read everything and closed every minute
-                # (its idle flush), and the sink stored it (the count stopped moving)
-                drained = (
-                    lag == 0
-                    and m.get("gpugap_worker_open_minutes", 1) == 0
-                    and m.get("gpugap_worker_buffered_records", 1) == 0
-                )
+                # done: the replay ended, the worker read everything, and the stored count
+                # stopped moving for longer than the worker's idle flush (5 s) takes to close
+                # the last minutes, plus the sink's batch age
+                drained = lag == 0 and m.get("gpugap_worker_buffered_records", 1) == 0
                 stable = stable + 1 if sim_done and drained and rows == last_rows else 0
                 last_rows = rows
-                if until_done and stable >= 2:
+                if until_done and stable >= 5:
                     return
         finally:
             client.close()
