@@ -179,11 +179,12 @@ class Runner:
 
     async def tick(self) -> None:
         """Every half second: checkpoint what the agent left, flush and stop when idle."""
-        recovery = getattr(self.app.tables, "recovery", None)
-        if recovery is None or not recovery.completed.is_set() or self.stopping:
+        # only once the agent restored the state: Faust's recovery "completed" flag is also
+        # set while the assignment is still empty, and a restore then finds an empty table
+        # (a SIGKILL test caught a restarted worker starting from nothing)
+        if not self.ready or self.stopping:
             return
         async with self.lock:
-            await self._ready()
             self.join.stats.last_poll = time.monotonic()
             idle = time.monotonic() - self.last_input
             if (
