@@ -24,9 +24,10 @@ def register(sub: Any, cmd: Cmd) -> None:
     w.add_argument(
         "--engine",
         choices=["faust", "asyncio"],
-        default="faust",
-        help="faust (default: the Faust app, state in a changelog table) or asyncio "
-        "(a plain aiokafka loop owning every partition)",
+        default="asyncio",
+        help="asyncio (default: a plain aiokafka loop owning every partition; exact after a "
+        "SIGKILL) or faust (the Faust app, state in a changelog table; a restart after a "
+        "SIGKILL can still lose part of a minute, see README)",
     )
     w.add_argument(
         "--lateness", type=float, default=120.0, metavar="S", help="allowed lateness (seconds)"

@@ -138,6 +138,9 @@ def test_demo_scenario_first_hours_match_ground_truth(
     )
 
 
+# The asyncio engine (the default). The Faust engine does not pass this yet: at some kill
+# points a restarted Faust worker stores part of a minute's consumption short (0.3-1 % of
+# consumed GPU-seconds in ~1 of 3 runs); see the README's Streams section.
 def test_worker_killed_twice_gives_the_same_totals_and_alerts(
     kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
 ) -> None:
