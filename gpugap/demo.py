@@ -120,15 +120,17 @@ class Demo:
         _create_topics(kafka)
         metrics = free_port()
         quiet = {**env, "GPUGAP_LOG_LEVEL": "ERROR"}  # errors still show; chatter does not
-        self._spawn(
-            "worker",
-            [*GPUGAP, "worker", "--http", f"127.0.0.1:{metrics}", "--idle-flush", "5"],
-            quiet,
-        )
+        speed = self._speed()
+        # the allowed lateness is event time: at 800x, 120 s is 0.15 s of wall time, less than
+        # the producer's batching, and most samples would arrive "late". Scale it with the
+        # speed (2 wall seconds), and judge alerts a quarter of that after a minute ends.
+        lateness = 3600.0 if speed is None else max(120.0, 2.0 * speed)
+        worker = [*GPUGAP, "worker", "--http", f"127.0.0.1:{metrics}", "--idle-flush", "5"]
+        worker += ["--lateness", str(lateness), "--alert-lateness", str(lateness / 4)]
+        self._spawn("worker", worker, quiet)
         self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], quiet)
         truth = self.opts.truth or self.tmp / "truth.json"
         sim = [*GPUGAP, "simulate", "--scenario", self.opts.scenario, "--truth", str(truth)]
-        speed = self._speed()
         sim += ["--as-fast-as-possible"] if speed is None else ["--speed", str(speed)]
         self._say(
             f"replaying scenario {self.opts.scenario!r} "
