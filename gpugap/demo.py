@@ -119,24 +119,30 @@ class Demo:
         migrate(ch)
         _create_topics(kafka)
         metrics = free_port()
-        quiet = {**env, "GPUGAP_LOG_LEVEL": "ERROR"}  # errors still show; chatter does not
-        speed = self._speed()
-        # the allowed lateness is event time: at 800x, 120 s is 0.15 s of wall time, less than
-        # the producer's batching, and most samples would arrive "late". Scale it with the
-        # speed (2 wall seconds), and judge alerts a quarter of that after a minute ends.
-        lateness = 3600.0 if speed is None else max(120.0, 2.0 * speed)
-        worker = [*GPUGAP, "worker", "--http", f"127.0.0.1:{metrics}", "--idle-flush", "5"]
-        worker += ["--lateness", str(lateness), "--alert-lateness", str(lateness / 4)]
-        self._spawn("worker", worker, quiet)
-        self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], quiet)
         truth = self.opts.truth or self.tmp / "truth.json"
         sim = [*GPUGAP, "simulate", "--scenario", self.opts.scenario, "--truth", str(truth)]
+        speed = self._speed()
         sim += ["--as-fast-as-possible"] if speed is None else ["--speed", str(speed)]
-        self._say(
-            f"replaying scenario {self.opts.scenario!r} "
-            + ("as fast as possible" if speed is None else f"at {speed:,.0f}x")
-        )
-        self._spawn("simulate", sim, env)
+        quiet = {**env, "GPUGAP_LOG_LEVEL": "ERROR"}  # errors still show; chatter does not
+        worker = [*GPUGAP, "worker", "--http", f"127.0.0.1:{metrics}", "--idle-flush", "5"]
+        if speed is None:
+            # publish the whole scenario first, then let the worker read it: it merges the
+            # topics in event time while catching up (a live replay at hundreds of times real
+            # time compresses the 120 s lateness below the producers' batching delays)
+            self._say(f"publishing scenario {self.opts.scenario!r} into Kafka")
+            self._spawn("simulate", sim, env)
+            if self.procs["simulate"].wait() != 0:
+                raise ServiceError("the simulator failed: see the lines above")
+            self._spawn("worker", worker, quiet)
+            self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], quiet)
+            self._say("worker and sink started: processing the scenario")
+        else:
+            lateness = max(120.0, 2.0 * speed)  # event time: ~2 wall seconds at this speed
+            worker += ["--lateness", str(lateness), "--alert-lateness", str(lateness / 4)]
+            self._spawn("worker", worker, quiet)
+            self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], quiet)
+            self._say(f"replaying scenario {self.opts.scenario!r} live at {speed:,.0f}x")
+            self._spawn("simulate", sim, env)
         self._progress(ch, metrics, until_done=True)
         window = json.loads(truth.read_text())["window"] if truth.exists() else None
         # the scenario's window: allocations that began before it hold GPUs with no
@@ -156,14 +162,10 @@ class Demo:
         return 0
 
     def _speed(self) -> float | None:
-        if self.opts.speed is not None:
-            return self.opts.speed if self.opts.speed > 0 else None
-        from producers.sim.scenario import load as load_scenario
-
-        window = float(load_scenario(self.opts.scenario).scenario.duration)
-        if self.opts.duration_s:
-            return max(1.0, window / max(10.0, self.opts.duration_s * 0.6))
-        return 600.0
+        """None (the default): publish everything first, then process; X: a live replay."""
+        if self.opts.speed is not None and self.opts.speed > 0:
+            return self.opts.speed
+        return None
 
     def _progress(self, ch: ClickHouseSettings, port: int, *, until_done: bool) -> None:
         """Print a progress line every 2 s; return once the replay is over and everything
@@ -340,8 +342,8 @@ def register(sub: Any, cmd: Any) -> None:
         "--speed",
         type=float,
         metavar="X",
-        help="event-time seconds per wall second (0: as fast as possible; default: fit the "
-        "scenario into 60%% of --duration, else 600)",
+        help="replay live at X event-time seconds per wall second, the worker running "
+        "alongside (default: publish the whole scenario first, then process it)",
     )
     d.add_argument("--kafka", metavar="HOST:PORT", help="use this Kafka instead of starting one")
     d.add_argument("--clickhouse", metavar="URL", help="use this ClickHouse instead")
