@@ -182,6 +182,17 @@ def _bench(args: argparse.Namespace) -> int:
 
         counts = [int(float(r)) for r in args.rows.split(",")]
         return report_bench(counts, args.repeats, args.clickhouse)
+    if args.what == "worker":  # one worker's throughput, and latency at a fixed load
+        from streams.bench_worker import main as worker_bench
+
+        return worker_bench(
+            args.samples,
+            repeats=args.repeats,
+            duration=args.duration,
+            live_nodes=args.live_nodes,
+            engines=args.engines.split(","),
+            profile=args.profile,
+        )
     if args.what == "warehouse":
         from sinks.bench import main as warehouse_bench
 
@@ -301,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per 
             "kubernetes",
             "nvml",
             "dcgm",
+            "worker",
             "all",
         ],
         default="all",
@@ -314,6 +326,16 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per 
         "--clickhouse",
         metavar="URL",
         help="warehouse: an existing ClickHouse instead of a throwaway endpoint",
+    )
+    bench.add_argument(
+        "--duration", type=float, default=300.0, help="worker: latency run, seconds (0 = none)"
+    )
+    bench.add_argument(
+        "--live-nodes", type=int, default=200, help="worker latency: 8-GPU nodes every 10 s"
+    )
+    bench.add_argument("--engines", default="faust,asyncio", help="worker: engines to measure")
+    bench.add_argument(
+        "--profile", type=Path, metavar="DIR", help="worker: py-spy profiles into DIR"
     )
 
     from gpugap.cli_sim import register as register_sim  # simulate, record, replay

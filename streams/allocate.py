@@ -122,6 +122,8 @@ class GangTracker:
             state if state is not None else {"gangs": {}, "done": {}, "max_ms": None}
         )
         self.grace_ms, self.lateness_ms, self.rules = grace_ms, lateness_ms, rules
+        #: the watermark before which no finished gang expires (not state: recomputed)
+        self._expire_at: int | None = None
 
     def pod(self, ev: K8sPodEvent) -> list[Alert]:
         t = ms(ev.time)
@@ -170,6 +172,8 @@ class GangTracker:
         if (not g["bound"] and g["ended"]) or n >= g["size"]:
             del self.state["gangs"][key]
             self.state["done"][key] = t
+            if self._expire_at is not None:
+                self._expire_at = min(self._expire_at, t + 3_600_000)
         return out
 
     def advance(self, t: int) -> list[Alert]:
@@ -184,9 +188,11 @@ class GangTracker:
                 gpus = sum(b[2] for b in g["bound"].values())
                 g["alert"] = {"opened": since + self.grace_ms, "since": since, "gpus": gpus}
                 out.append(self._alert(g, AlertState.OPEN, since + self.grace_ms))
-        for key, done in list(s["done"].items()):
-            if done + 3_600_000 < wm:
-                del s["done"][key]
+        if self._expire_at is None or self._expire_at < wm:  # not on every sample
+            for key, done in list(s["done"].items()):
+                if done + 3_600_000 < wm:
+                    del s["done"][key]
+            self._expire_at = min(s["done"].values(), default=wm) + 3_600_000
         return out
 
     def _alert(self, g: dict[str, Any], state: AlertState, t: int) -> Alert:

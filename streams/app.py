@@ -102,8 +102,12 @@ class Runner:
             self.last_input = time.monotonic()
             self.flushed = False
             await self.join.drain(self.join.frontier(await self._lagging()))
-            if time.monotonic() - self.last_checkpoint >= self.opts.commit_interval_s:
+            if self._checkpoint_due():
                 await self.checkpoint()
+
+    def _checkpoint_due(self) -> bool:
+        since = time.monotonic() - self.last_checkpoint
+        return self.join.checkpoint_due(since, self.opts.commit_interval_s)
 
     async def _lagging(self) -> list[Any]:
         consumer = self.app.consumer
@@ -163,6 +167,7 @@ class Runner:
         for key, value in self.join.snapshot({**self.skip, **offsets}):
             await self.pub.send_raw(topic, key, value)
         await self.pub.flush()
+        self.join.snapshot_stored()
         # ack strictly in offset order and only below each partition's resume point: Faust
         # commits the first run of consecutive acked offsets, wherever it starts (with no
         # commit yet), so one early ack (a dead letter) would commit past unread records
@@ -196,7 +201,7 @@ class Runner:
                 await self.join.flush_all()
                 self.flushed = True
                 await self.checkpoint()
-            elif time.monotonic() - self.last_checkpoint >= self.opts.commit_interval_s:
+            elif self._checkpoint_due():
                 await self.checkpoint()
             timeout = self.opts.idle_timeout_s
             if timeout is not None and self.flushed and idle >= timeout:

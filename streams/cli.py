@@ -81,6 +81,9 @@ def _worker(args: argparse.Namespace) -> int:
     if args.http:
         host, _, port = args.http.rpartition(":")
         web = (host or "127.0.0.1", int(port))
+    from streams.join import tune_gc
+
+    tune_gc()
     if args.engine == "faust":
         from streams.app import AppOptions, run
 

@@ -25,19 +25,27 @@ new state in ``core.state``.
 
 from __future__ import annotations
 
-import uuid
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from schemas.models import Alert, AllocationEvent, GpuMinute, NodeSample, Record
-from schemas.types import DeadLetterKind, LifecycleKind, format_utc
+from schemas.types import (
+    ActivityMetric,
+    DeadLetterKind,
+    LifecycleKind,
+    format_utc,
+)
 
 from . import window as W
 from .detect_idle import EPOCH, IdleConfig, at, observe
+from .rows import minute_rows, placeholder_uuid
+
+__all__ = ["CoreConfig", "NodeCore", "Output", "Refused", "ms", "placeholder_uuid"]
 
 MINUTE = W.MINUTE_MS
+PLAIN: dict[Any, str] = {e: e.value for e in ActivityMetric}
 RETAIN_MS = 10 * MINUTE  # keep ended allocations this long after the frontier (duplicates)
 TOMBSTONE_MS = 24 * 60 * MINUTE  # then remember only that they ended (late deletions, dups)
 
@@ -46,11 +54,6 @@ def ms(t: datetime) -> int:
     """Milliseconds since the epoch, exactly (no float rounding)."""
     d = t - EPOCH
     return (d.days * 86_400 + d.seconds) * 1000 + d.microseconds // 1000
-
-
-def placeholder_uuid(cluster: str, node: str, key: str) -> str:
-    """A stable stand-in for a GPU no telemetry has named (``GPU-`` + uuid5)."""
-    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpugap:unknown/{cluster}/{node}/{key}"))
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,10 @@ class NodeCore:
     def __init__(self, state: dict[str, Any], config: CoreConfig | None = None) -> None:
         self.state = state
         self.cfg = config or CoreConfig()
+        #: minute start -> the rows the alert pass computed for it, reused when the minute
+        #: closes unless something that could change them arrived in between (not state: a
+        #: restored core recomputes them)
+        self._rows: dict[int, list[GpuMinute]] = {}
 
     @classmethod
     def new(cls, cluster: str, node: str, config: CoreConfig | None = None) -> NodeCore:
@@ -145,20 +152,47 @@ class NodeCore:
         self._count("samples")
         self._seen(t - dt)
         self._seen(t)
+        index, known, samples = s["index"], s["known"], s["samples"]
+        everything = False  # whether cached rows of every minute may have changed
         for g in ns.gpus:
+            u = g.uuid
             if g.mig is None:
-                s["index"][str(g.index)] = g.uuid
-            s["known"].setdefault(g.uuid, t - dt)
-            buf = s["samples"].setdefault(g.uuid, [])
-            i = bisect_left(buf, t, key=lambda x: x[0])
-            if i < len(buf) and buf[i][0] == t:
-                self._count("duplicate_gpu_samples")
-                continue
-            buf.insert(i, [t, dt, g.activity, g.activity_metric, g.memory_used_mib, g.power_w])
+                i_key = str(g.index)
+                if index.get(i_key) != u:
+                    index[i_key] = u
+                    everything = True
+            if u not in known:
+                known[u] = t - dt
+            buf = samples.get(u)
+            if buf is None:
+                buf = samples[u] = []
+            metric = PLAIN.get(g.activity_metric)  # the state holds plain JSON values
+            row = [t, dt, g.activity, metric, g.memory_used_mib, g.power_w]
+            if not buf or buf[-1][0] < t:  # in order: the usual case
+                buf.append(row)
+            else:
+                i = bisect_left(buf, t, key=_time)
+                if i < len(buf) and buf[i][0] == t:
+                    self._count("duplicate_gpu_samples")
+                    continue
+                buf.insert(i, row)
+                everything = True  # it trims the next sample's interval, wherever that began
             a = g.attribution
             if a is not None and a.pod:
-                s["attrib"].setdefault(f"{a.namespace or ''}/{a.pod}", {})[g.uuid] = t
+                pods = s["attrib"].setdefault(f"{a.namespace or ''}/{a.pod}", {})
+                everything = everything or u not in pods
+                pods[u] = t
+        if self._rows:
+            self._forget(None if everything else t - dt)
         return self.close()
+
+    def _forget(self, since: int | None) -> None:
+        """Drop cached rows of minutes that data from ``since`` on (None: any) may change."""
+        if since is None:
+            self._rows.clear()
+        else:
+            for m0 in [m0 for m0 in self._rows if m0 + MINUTE > since]:
+                del self._rows[m0]
 
     def allocation(self, ev: AllocationEvent) -> Output:
         s = self.state
@@ -174,6 +208,7 @@ class NodeCore:
         if a is None:
             a = s["allocs"][ev.allocation_id] = _alloc(ev)
         a["events"].append(ev.event_id)
+        self._rows.clear()
         t = ms(ev.time)
         self._count("allocation_events")
         closed = s["closed_ms"]
@@ -253,83 +288,19 @@ class NodeCore:
             if m0 + MINUTE <= wm and s["closed_ms"] == m0:  # the same minute closes now
                 out.minutes += rows
                 s["closed_ms"] = m0 + MINUTE
+            else:
+                self._rows[m0] = rows
         while s["closed_ms"] + MINUTE <= wm:
             m0 = s["closed_ms"]
-            out.minutes += self._minute(m0, out)
+            cached = self._rows.pop(m0, None)
+            out.minutes += cached if cached is not None else self._minute(m0, out)
             s["closed_ms"] = m0 + MINUTE
         if s["closed_ms"] != before or out.minutes:
             self._prune(out)
         return out
 
-    def _held(self, a: dict[str, Any]) -> list[str]:
-        s = self.state
-        cluster, node = s["cluster"], s["node"]
-        if a["uuids"]:
-            return list(a["uuids"])
-        if a["indices"] is not None:
-            return [
-                s["index"].get(str(i)) or placeholder_uuid(cluster, node, str(i))
-                for i in a["indices"]
-            ]
-        learned = sorted(s["attrib"].get(f"{a['namespace'] or ''}/{a['name']}", {}))
-        missing = max(0, a["gpus"] - len(learned))
-        fill = [placeholder_uuid(cluster, node, f"{a['id']}/{i}") for i in range(missing)]
-        return learned + fill
-
     def _minute(self, m0: int, out: Output) -> list[GpuMinute]:
-        s = self.state
-        m1 = m0 + MINUTE
-        spans: dict[str, list[tuple[str, int, int]]] = {}
-        for aid, a in sorted(s["allocs"].items()):
-            if a["start"] is None:
-                continue
-            lo, hi = max(a["start"], m0), min(a["end"] if a["end"] is not None else m1, m1)
-            if hi > lo:
-                for g in self._held(a):
-                    spans.setdefault(g, []).append((aid, lo, hi))
-        gpus = {g for g, since in s["known"].items() if since < m1} | set(spans)
-        rows: list[GpuMinute] = []
-        for g in sorted(gpus):
-            buf = s["samples"].get(g, [])
-            eff = W.effective(buf)
-            for aid, lo, hi in spans.get(g, []):
-                rows.append(self._row(g, m0, W.usage([(lo, hi)], eff), hi - lo, s["allocs"][aid]))
-            if g in s["known"]:
-                held = [(lo, hi) for _, lo, hi in spans.get(g, [])]
-                free = W.complement(held, max(m0, s["known"][g]), m1)
-                if free:
-                    free_ms = sum(e - b for b, e in free)
-                    rows.append(self._row(g, m0, W.usage(free, eff), free_ms, None))
-        return rows
-
-    def _row(
-        self, g: str, m0: int, u: W.Usage, span_ms: int, a: dict[str, Any] | None
-    ) -> GpuMinute:
-        secs = span_ms / 1000
-        consumed = min(u.consumed / 1000, secs)
-        avg = u.activity_avg
-        return GpuMinute(
-            cluster=self.state["cluster"],
-            node=self.state["node"],
-            gpu_uuid=g,
-            minute=at(m0),
-            allocated_s=secs if a is not None else 0.0,
-            unallocated_s=0.0 if a is not None else secs,
-            consumed_gpu_s=consumed,
-            activity_avg=min(avg, 1.0) if avg is not None else None,
-            activity_max=u.activity_max,
-            activity_metric=u.metric,
-            memory_used_mib_avg=u.memory,
-            power_w_avg=u.power,
-            sample_count=u.sample_count,
-            no_samples=u.sample_count == 0,
-            allocation_id=a["id"] if a else None,
-            scheduler=a["scheduler"] if a else None,
-            workload_class=a["cls"] if a else None,
-            owner=a["owner"] if a else None,
-            team=a["team"] if a else None,
-            gang_id=a["gang_id"] if a else None,
-        )
+        return minute_rows(self.state, m0)
 
     def _prune(self, out: Output) -> None:
         s = self.state
@@ -339,7 +310,7 @@ class NodeCore:
             del ended[aid]
         keep_from = closed - MINUTE  # the previous sample trims the next one's interval
         for buf in s["samples"].values():
-            i = bisect_left(buf, keep_from, key=lambda x: x[0])
+            i = bisect_left(buf, keep_from, key=_time)
             if i > 1:
                 del buf[: i - 1]
         for aid in list(s["allocs"]):
@@ -356,8 +327,13 @@ class NodeCore:
                 del s["allocs"][aid]
                 s.setdefault("ended", {})[aid] = a["end"]
                 key = f"{a['namespace'] or ''}/{a['name']}"
-                if a["indices"] is None and not a["uuids"]:
-                    s["attrib"].pop(key, None)
+                learned = a["indices"] is None and not a["uuids"]
+                if learned and s["attrib"].pop(key, None) is not None:
+                    self._rows.clear()  # a pod of the same name may still hold GPUs
+
+
+def _time(sample: list[Any]) -> Any:
+    return sample[0]
 
 
 def _alloc(ev: AllocationEvent) -> dict[str, Any]:

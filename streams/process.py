@@ -50,6 +50,8 @@ class Processor:
             state["gangs"], lateness_ms=self.cfg.alert_lateness_ms, rules=rules
         )
         state["gangs"] = self.gangs.state
+        #: nodes whose state changed since :meth:`changed` last handed them out
+        self.dirty: set[str] = set()
 
     def core(self, cluster: str, node: str) -> NodeCore:
         key = f"{cluster}/{node}"
@@ -57,7 +59,13 @@ class Processor:
         if c is None:
             c = self.cores[key] = NodeCore.new(cluster, node, self.cfg)
             self.state["nodes"][key] = c.state
+        self.dirty.add(key)
         return c
+
+    def changed(self) -> set[str]:
+        """The nodes whose state changed since the last call (for incremental snapshots)."""
+        out, self.dirty = self.dirty, set()
+        return out
 
     def _seen(self, t: int) -> None:
         m = self.state["max_ms"]
@@ -101,8 +109,14 @@ class Processor:
         from .detect_idle import at
 
         t = at(m + extra_ms)
+        t_ms = m + extra_ms
         for key in sorted(self.cores):
-            out.add(self.cores[key].advance(t))
+            c = self.cores[key]
+            before = c.state["max_ms"]
+            if before is None or t_ms <= before:
+                continue  # NodeCore.advance would return nothing and change nothing
+            out.add(c.advance(t))
+            self.dirty.add(key)
         out.alerts += self.gangs.advance(m + extra_ms)
         out.alerts = [m for a in out.alerts for m in self.merger.feed(a)]
         out.alerts += self._tick(m + extra_ms - self.cfg.lateness_ms, final=extra_ms > 0)

@@ -7,6 +7,7 @@ real gap) the later one starts at the earlier one's time, so no second is counte
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,21 +49,23 @@ def effective(samples: Sequence[Sample]) -> list[tuple[int, int, Sample]]:
 
 def usage(spans: Sequence[tuple[int, int]], eff: Sequence[tuple[int, int, Sample]]) -> Usage:
     """Time-weight the samples over the union of ``spans`` (disjoint [start, end) in ms)."""
-    u = Usage()
-    mem_w = pow_w = 0
-    mem_sum = pow_sum = 0.0
+    count = covered = mem_w = pow_w = 0
+    consumed = mem_sum = pow_sum = 0.0
+    act_max: float | None = None
     metric_ms: dict[str, int] = {}
     for lo, hi in spans:
         for start, end, s in eff:
-            ov = min(end, hi) - max(start, lo)
+            ov = (end if end < hi else hi) - (start if start > lo else lo)
             if ov <= 0:
                 continue
-            u.sample_count += 1
+            count += 1
             act, metric, mem, pw = s[2], s[3], s[4], s[5]
             if isinstance(act, (int, float)):
-                u.covered_ms += ov
-                u.consumed += float(act) * ov
-                u.activity_max = max(float(act), u.activity_max or 0.0)
+                a = float(act)
+                covered += ov
+                consumed += a * ov
+                if act_max is None or not act_max > a:  # max(a, act_max or 0.0), a >= 0
+                    act_max = a
                 if isinstance(metric, str):
                     metric_ms[metric] = metric_ms.get(metric, 0) + ov
             if isinstance(mem, (int, float)):
@@ -71,6 +74,7 @@ def usage(spans: Sequence[tuple[int, int]], eff: Sequence[tuple[int, int, Sample
             if isinstance(pw, (int, float)):
                 pow_sum += float(pw) * ov
                 pow_w += ov
+    u = Usage(count, covered, consumed, act_max)
     if metric_ms:
         u.metric = max(sorted(metric_ms), key=lambda k: metric_ms[k])
     u.memory = mem_sum / mem_w if mem_w else None
@@ -91,3 +95,25 @@ def complement(spans: Sequence[tuple[int, int]], lo: int, hi: int) -> list[tuple
     if cur < hi:
         out.append((cur, hi))
     return [(s, e) for s, e in out if e > s]
+
+
+def effective_in(samples: Sequence[Sample], lo: int, hi: int) -> list[tuple[int, int, Sample]]:
+    """What :func:`effective` gives, restricted to the entries that overlap [lo, hi) (and
+    in the same order): only the samples from the last one at or before ``lo`` are read."""
+    i = bisect_right(samples, lo, key=_time)  # the first sample ending after lo
+    prev: int | None = int(samples[i - 1][0] or 0) if i > 0 else None
+    out: list[tuple[int, int, Sample]] = []
+    for k in range(i, len(samples)):
+        s = samples[k]
+        t, dt = int(s[0] or 0), int(s[1] or 0)
+        start = t - dt if prev is None else max(t - dt, prev)
+        if start >= hi:  # every later one starts at or after this one's end
+            break
+        if t > start:
+            out.append((start, t, s))
+        prev = t
+    return out
+
+
+def _time(s: Sample) -> int:
+    return int(s[0] or 0)

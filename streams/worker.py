@@ -187,7 +187,7 @@ class Worker:
                     await self.join.flush_all()
                     flushed = True
                     last_commit = 0.0
-                if loop.time() - last_commit >= self.commit_interval_s:
+                if self.join.checkpoint_due(loop.time() - last_commit, self.commit_interval_s):
                     await self._commit(consumer)
                     last_commit = loop.time()
                 if self.idle_timeout_s is not None and idle >= self.idle_timeout_s and flushed:
@@ -203,6 +203,7 @@ class Worker:
         for key, value in self.join.snapshot(keyed):
             await self.pub.send_raw(self.state_topic, key, value)
         await self.pub.flush()
+        self.join.snapshot_stored()
         if offsets:
             await consumer.commit(offsets)
             log.info("committed %s", keyed)

@@ -1,0 +1,116 @@
+"""One node's rows for one minute: per GPU, one row per allocation holding it (split at
+allocation boundaries) and one for the seconds nobody held it (pure, reads the core's state).
+
+Rows are built without validation (``schemas.fast.trusted``, ~2 us instead of ~25 us a row):
+every value comes from validated records, seconds lie within the minute and consumption is at
+most the span, as the model requires; tests/streams/test_fast_paths.py validates such rows
+again and compares.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from schemas.fast import trusted
+from schemas.models import GpuMinute
+from schemas.types import ActivityMetric, Scheduler, WorkloadClass
+
+from . import window as W
+from .detect_idle import at
+
+MINUTE = W.MINUTE_MS
+#: enum members by value (the state holds values)
+ENUMS: dict[str, Any] = {
+    **{e.value: e for e in ActivityMetric},
+    **{f"s:{e.value}": e for e in Scheduler},
+    **{f"c:{e.value}": e for e in WorkloadClass},
+}
+
+
+def placeholder_uuid(cluster: str, node: str, key: str) -> str:
+    """A stable stand-in for a GPU no telemetry has named (``GPU-`` + uuid5)."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpugap:unknown/{cluster}/{node}/{key}"))
+
+
+def held(s: dict[str, Any], a: dict[str, Any]) -> list[str]:
+    """The GPUs (uuids) allocation ``a`` holds on the node whose state is ``s``."""
+    cluster, node = s["cluster"], s["node"]
+    if a["uuids"]:
+        return list(a["uuids"])
+    if a["indices"] is not None:
+        return [
+            s["index"].get(str(i)) or placeholder_uuid(cluster, node, str(i)) for i in a["indices"]
+        ]
+    learned = sorted(s["attrib"].get(f"{a['namespace'] or ''}/{a['name']}", {}))
+    missing = max(0, a["gpus"] - len(learned))
+    fill = [placeholder_uuid(cluster, node, f"{a['id']}/{i}") for i in range(missing)]
+    return learned + fill
+
+
+def minute_rows(s: dict[str, Any], m0: int) -> list[GpuMinute]:
+    m1 = m0 + MINUTE
+    spans: dict[str, list[tuple[str, int, int]]] = {}
+    for aid, a in sorted(s["allocs"].items()):
+        if a["start"] is None:
+            continue
+        lo, hi = max(a["start"], m0), min(a["end"] if a["end"] is not None else m1, m1)
+        if hi > lo:
+            for g in held(s, a):
+                spans.setdefault(g, []).append((aid, lo, hi))
+    known = s["known"]
+    gpus = {g for g, since in known.items() if since < m1} | set(spans)
+    rows: list[GpuMinute] = []
+    minute = at(m0)
+    for g in sorted(gpus):
+        eff = W.effective_in(s["samples"].get(g, ()), m0, m1)
+        mine = spans.get(g, ())
+        for aid, lo, hi in mine:
+            u = W.usage([(lo, hi)], eff)
+            rows.append(row(s, g, minute, u, span_ms=hi - lo, a=s["allocs"][aid]))
+        if g in known:
+            free = W.complement([(lo, hi) for _, lo, hi in mine], max(m0, known[g]), m1)
+            if free:
+                free_ms = sum(e - b for b, e in free)
+                u = W.usage(free, eff)
+                rows.append(row(s, g, minute, u, span_ms=free_ms, a=None))
+    return rows
+
+
+def row(
+    s: dict[str, Any],
+    g: str,
+    minute: datetime,
+    u: W.Usage,
+    *,
+    span_ms: int,
+    a: dict[str, Any] | None,
+) -> GpuMinute:
+    secs = span_ms / 1000
+    avg = u.activity_avg
+    return trusted(
+        GpuMinute,
+        {
+            "cluster": s["cluster"],
+            "node": s["node"],
+            "gpu_uuid": g,
+            "minute": minute,
+            "allocated_s": secs if a is not None else 0.0,
+            "consumed_gpu_s": min(u.consumed / 1000, secs),
+            "unallocated_s": 0.0 if a is not None else secs,
+            "activity_avg": min(avg, 1.0) if avg is not None else None,
+            "activity_max": u.activity_max,
+            "activity_metric": ENUMS[u.metric] if u.metric is not None else None,
+            "memory_used_mib_avg": u.memory,
+            "power_w_avg": u.power,
+            "sample_count": u.sample_count,
+            "no_samples": u.sample_count == 0,
+            "allocation_id": a["id"] if a else None,
+            "scheduler": ENUMS["s:" + a["scheduler"]] if a else None,
+            "workload_class": ENUMS["c:" + a["cls"]] if a else None,
+            "owner": a["owner"] if a else None,
+            "team": a["team"] if a else None,
+            "gang_id": a["gang_id"] if a else None,
+        },
+    )
