@@ -28,6 +28,8 @@ from gpugap.settings import ClickHouseSettings, KafkaSettings, load
 
 PREFIX = "demo."
 GPUGAP = [sys.executable, "-m", "gpugap"]
+WORKER_GROUP = "gpugap-worker"  # `gpugap worker` default
+SINK_GROUP = "gpugap-sink-clickhouse"  # `gpugap sink clickhouse` default
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Demo:
     opts: DemoOptions
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     kafka_service: Any = None
+    kafka: KafkaSettings | None = None
     tmp: Path | None = None
     started: float = field(default_factory=time.monotonic)
     tty: bool = field(default_factory=sys.stdout.isatty)
@@ -108,7 +111,7 @@ class Demo:
         self.tmp = self.opts.data_dir or Path(tempfile.mkdtemp(prefix="gpugap-demo-"))
         bootstrap = self._start_kafka(self.tmp)
         url = self._start_clickhouse(self.tmp)
-        kafka = KafkaSettings(bootstrap=bootstrap, topic_prefix=PREFIX)
+        self.kafka = kafka = KafkaSettings(bootstrap=bootstrap, topic_prefix=PREFIX)
         ch = load().clickhouse.model_copy(update={"url": url})
         env = {
             "GPUGAP_KAFKA_BOOTSTRAP": bootstrap,
@@ -124,7 +127,8 @@ class Demo:
         speed = self._speed()
         sim += ["--as-fast-as-possible"] if speed is None else ["--speed", str(speed)]
         quiet = {**env, "GPUGAP_LOG_LEVEL": "ERROR"}  # errors still show; chatter does not
-        worker = [*GPUGAP, "worker", "--http", f"127.0.0.1:{metrics}", "--idle-flush", "5"]
+        worker = [*GPUGAP, "worker", "--group", WORKER_GROUP, "--http", f"127.0.0.1:{metrics}"]
+        worker += ["--idle-flush", "5"]
         if speed is None:
             # publish the whole scenario first, then let the worker read it: it merges the
             # topics in event time while catching up (a live replay at hundreds of times real
@@ -168,12 +172,24 @@ class Demo:
         return None
 
     def _progress(self, ch: ClickHouseSettings, port: int, *, until_done: bool) -> None:
-        """Print a progress line every 2 s; return once the replay is over and everything
-        it produced is stored (the minutes count stops moving after the worker's flush)."""
+        """Print a progress line every 2 s; return once the replay is over and everything it
+        produced is stored and rolled up (asked of the broker and the warehouse: a busy
+        worker's /metrics may not answer, and its gauges between two batches say little)."""
+        from gpugap.demo_watch import Watch, stale_rollups
+        from sinks.clickhouse import ClickHouseSink
         from sinks.warehouse import connect
+        from streams.join import INPUTS
 
+        assert self.kafka is not None
         client = connect(ch)
-        last_msgs, last_t, stable, last_rows = 0, time.monotonic(), 0, -1
+        watch = Watch(
+            self.kafka,
+            {
+                WORKER_GROUP: tuple(t.name for t in INPUTS),
+                SINK_GROUP: tuple(t.name for t in ClickHouseSink.topics),
+            },
+        )
+        last_msgs, last_t, settled = 0, time.monotonic(), 0
         try:
             while True:
                 time.sleep(2.0)
@@ -181,16 +197,17 @@ class Demo:
                     code = self.procs[name].poll()
                     if code is not None:
                         raise ServiceError(f"the {name} exited ({code}): see the lines above")
-                m = _metrics(port)
+                m = _metrics(port)  # {} while the worker is too busy to answer
                 now = time.monotonic()
-                msgs = int(m.get("gpugap_worker_messages_total", 0))
-                rate = (msgs - last_msgs) / max(1e-6, now - last_t)
+                msgs = int(m.get("gpugap_worker_messages_total", last_msgs))
+                rate = max(0, msgs - last_msgs) / max(1e-6, now - last_t)
                 last_msgs, last_t = msgs, now
                 rows, latest, alerts = client.query(
                     "SELECT (SELECT count() FROM gpu_minutes), (SELECT max(minute) FROM "
                     "gpu_minutes), (SELECT uniqExact(alert_id) FROM alerts)"
                 ).result_rows[0]
-                lag = int(sum(v for k, v in m.items() if k.startswith("gpugap_worker_lag")))
+                progress = watch.progress()
+                lag = progress.lag[WORKER_GROUP]
                 reached = f"{latest:%Y-%m-%d %H:%M}" if rows else "(nothing stored yet)"
                 line = (
                     f"simulated up to {reached} | {rate:,.0f} messages/s | "
@@ -203,15 +220,21 @@ class Demo:
                 sim_done = self.procs["simulate"].poll() is not None
                 if sim_done and self.procs["simulate"].returncode != 0:
                     raise ServiceError("the simulator failed: see the lines above")
-                # done: the replay ended, the worker read everything, and the stored count
-                # stopped moving for longer than the worker's idle flush (5 s) takes to close
-                # the last minutes, plus the sink's batch age
-                drained = lag == 0 and m.get("gpugap_worker_buffered_records", 1) == 0
-                stable = stable + 1 if sim_done and drained and rows == last_rows else 0
-                last_rows = rows
-                if until_done and stable >= 5:
+                # done: the replay ended; the worker committed past every input record and
+                # closed every minute (its idle flush); the sink committed past every output
+                # record; and no hour's rollup is older than its rows. Twice in a row, so a
+                # flush's outputs still in flight to the broker are not missed.
+                done = (
+                    sim_done
+                    and progress.drained
+                    and m.get("gpugap_worker_open_minutes", 1) == 0
+                    and stale_rollups(client) == 0
+                )
+                settled = settled + 1 if done else 0
+                if until_done and settled >= 2:
                     return
         finally:
+            watch.close()
             client.close()
             if self.tty:
                 print()

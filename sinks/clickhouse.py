@@ -131,6 +131,21 @@ GROUP BY day, cluster, node, allocation_id
 """
 
 
+# hours (days) whose rollup is older than the rows under them
+STALE_HOURS = (
+    "SELECT m.hour FROM (SELECT toStartOfHour(minute) AS hour, max(ingested_at) AS t "
+    "FROM gpu_minutes GROUP BY hour) AS m LEFT JOIN (SELECT hour, max(version) AS v "
+    "FROM gpu_hours GROUP BY hour) AS h USING (hour) WHERE h.v < m.t OR h.v IS NULL "
+    "SETTINGS join_use_nulls = 1"
+)
+STALE_DAYS = (
+    "SELECT toDateTime(h.day) FROM (SELECT toDate(hour) AS day, max(version) AS t "
+    "FROM gpu_hours GROUP BY day) AS h LEFT JOIN (SELECT day, max(version) AS v "
+    "FROM gpu_days GROUP BY day) AS d USING (day) WHERE d.v < h.t OR d.v IS NULL "
+    "SETTINGS join_use_nulls = 1"
+)
+
+
 def _ms(seconds: float) -> int:
     return min(round(seconds * 1000), 60_000)
 
@@ -347,18 +362,8 @@ class ClickHouseSink(BatchingSink):
     def _stale_hours(self) -> set[datetime]:
         """Hours (and days) whose rollup is older than the rows under it: work a crash cut
         short after offsets were committed."""
-        hours = self._client.query(
-            "SELECT m.hour FROM (SELECT toStartOfHour(minute) AS hour, max(ingested_at) AS t "
-            "FROM gpu_minutes GROUP BY hour) AS m LEFT JOIN (SELECT hour, max(version) AS v "
-            "FROM gpu_hours GROUP BY hour) AS h USING (hour) WHERE h.v < m.t OR h.v IS NULL "
-            "SETTINGS join_use_nulls = 1"
-        ).result_rows
-        days = self._client.query(
-            "SELECT toDateTime(h.day) FROM (SELECT toDate(hour) AS day, max(version) AS t "
-            "FROM gpu_hours GROUP BY day) AS h LEFT JOIN (SELECT day, max(version) AS v "
-            "FROM gpu_days GROUP BY day) AS d USING (day) WHERE d.v < h.t OR d.v IS NULL "
-            "SETTINGS join_use_nulls = 1"
-        ).result_rows
+        hours = self._client.query(STALE_HOURS).result_rows
+        days = self._client.query(STALE_DAYS).result_rows
         return {row[0].replace(tzinfo=UTC) for row in hours + days}
 
 

@@ -129,6 +129,7 @@ class Join:
         """Input is quiet: process everything buffered and close every minute seen."""
         await self.drain(float("inf"))
         await self.publish(self.proc.advance(self.proc.cfg.lateness_ms), None)
+        self.stats.open_minutes = self.proc.open_minutes()
 
     def lowest_buffered(self) -> dict[Any, int]:
         """Per partition, the lowest offset still buffered (not yet in the core's state)."""

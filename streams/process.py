@@ -138,9 +138,12 @@ class Processor:
 
     def open_minutes(self) -> int:
         """Minutes seen but not closed yet, over all nodes (a lag signal)."""
-        n = 0
+        n, seen = 0, self.state["max_ms"]
+        if seen is None:
+            return 0
         for c in self.cores.values():
             s = c.state
             if s["max_ms"] is not None and s["closed_ms"] is not None:
-                n += max(0, (s["max_ms"] - s["closed_ms"]) // 60_000)
+                # not past the latest event time: a flush moves node clocks beyond it
+                n += max(0, (min(s["max_ms"], seen) - s["closed_ms"]) // 60_000)
         return n

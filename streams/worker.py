@@ -55,6 +55,7 @@ class Worker:
         self.commit_interval_s = commit_interval_s
         self.stop = asyncio.Event()
         self._next: dict[Any, int] = {}  # partition -> offset after the last one fetched
+        self._consumer: Any = None
         self._partitions: dict[str, list[int]] = {}  # input topic -> its partitions
         self._restored: dict[str, Any] = {}
 
@@ -80,6 +81,16 @@ class Worker:
             if hw is None or self._next.get(tp, 0) < hw:
                 lagging.append(tp)
         return lagging
+
+    def lag(self) -> dict[str, int]:
+        """Per input partition: records the broker holds beyond what was handed to us."""
+        c = self._consumer
+        if c is None:
+            return {}
+        return {
+            f"{tp.topic}:{tp.partition}": max(0, (c.highwater(tp) or 0) - self._next.get(tp, 0))
+            for tp in c.assignment()
+        }
 
     def _committable(self) -> dict[Any, int]:
         low = self.join.lowest_buffered()
@@ -166,6 +177,7 @@ class Worker:
             auto_offset_reset="earliest",
         )
         await consumer.start()
+        self._consumer = consumer
         await self._assign(consumer, restored)
         loop = asyncio.get_running_loop()
         idle_since = last_commit = loop.time()
@@ -220,7 +232,7 @@ async def serve_http(worker: Worker, host: str, port: int) -> asyncio.AbstractSe
             path = line.split(" ")[1] if " " in line else "/"
             stale = time.monotonic() - worker.stats.last_poll > 60
             if path.startswith("/metrics"):
-                status, body = "200 OK", worker.stats.prometheus(worker.dl.counts)
+                status, body = "200 OK", worker.stats.prometheus(worker.dl.counts, worker.lag())
             elif path.startswith("/healthz"):
                 status, body = (
                     ("503 Service Unavailable", "stalled\n") if stale else ("200 OK", "ok\n")

@@ -169,3 +169,16 @@ def test_the_alert_lateness_cannot_exceed_the_lateness() -> None:
 
     with pytest.raises(ValueError, match="alert lateness"):
         CoreConfig(lateness_ms=60_000, alert_lateness_ms=90_000)
+
+
+def test_open_minutes_counts_seen_minutes_not_closed_and_none_after_a_flush() -> None:
+    from streams.process import Processor
+
+    p = Processor(CoreConfig())  # 120 s lateness
+    p.handle(slurm("1", "start", "10:00:00", (0,)))
+    for s in by_minute({0: [0.5] * 6}):  # samples 10:00:10 .. 10:06:00
+        p.handle(s)
+    # watermark 10:04:00: 10:04 and 10:05 are seen and not closed (10:06 has only begun)
+    assert p.open_minutes() == 2
+    p.advance(120_000)  # the worker's idle flush: every minute seen closes
+    assert p.open_minutes() == 0

@@ -1,0 +1,92 @@
+"""How far the demo's pipeline has got, asked of the broker and the warehouse rather than the
+processes: a worker busy with a large batch may not answer its /metrics for seconds, and a
+gauge read between two batches says "nothing buffered" while most of the input is unread.
+
+Done means: every input record is behind the worker's committed offsets, every output record
+(minutes, alerts, dead letters, the scheduler events the sink keeps) is behind the sink's, the
+worker holds no open minute, and no hour's rollup is older than the rows under it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from gpugap.settings import KafkaSettings
+
+
+@dataclass(frozen=True)
+class Progress:
+    #: per consumer group: records of its topics not yet behind its committed offsets
+    lag: dict[str, int]
+
+    @property
+    def drained(self) -> bool:
+        return not any(self.lag.values())
+
+
+class Watch:
+    """A broker client on its own event loop, for the demo's synchronous progress loop."""
+
+    def __init__(self, kafka: KafkaSettings, groups: dict[str, tuple[str, ...]]) -> None:
+        self.kafka = kafka
+        self.groups = {g: tuple(kafka.topic_prefix + t for t in ts) for g, ts in groups.items()}
+        self._loop = asyncio.new_event_loop()
+        self._admin: Any = None
+        self._consumer: Any = None
+        self._partitions: dict[str, list[Any]] = {}
+
+    def progress(self) -> Progress:
+        return Progress(lag=self._loop.run_until_complete(self._lags()))
+
+    async def _lags(self) -> dict[str, int]:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        if self._admin is None:
+            self._admin = AIOKafkaAdminClient(**self.kafka.client_options())
+            await self._admin.start()
+            self._consumer = AIOKafkaConsumer(**self.kafka.client_options())
+            await self._consumer.start()
+        out = {}
+        for group, topics in self.groups.items():
+            tps = [tp for t in topics for tp in await self._topic_partitions(t)]
+            ends = await self._consumer.end_offsets(tps) if tps else {}
+            committed = await self._admin.list_consumer_group_offsets(group, partitions=tps)
+            lag = 0
+            for tp in tps:
+                done = committed.get(tp)
+                at = done.offset if done is not None and done.offset >= 0 else 0
+                lag += max(0, ends[tp] - at)
+            out[group] = lag
+        return out
+
+    async def _topic_partitions(self, topic: str) -> list[Any]:
+        from aiokafka import TopicPartition
+
+        if topic not in self._partitions:
+            (d,) = await self._admin.describe_topics([topic])
+            parts = sorted(p["partition"] for p in d.get("partitions") or ())
+            if d.get("error_code") or not parts:
+                return []  # not created yet (nobody wrote to it): nothing to wait for
+            self._partitions[topic] = [TopicPartition(topic, p) for p in parts]
+        return self._partitions[topic]
+
+    def close(self) -> None:
+        async def stop() -> None:
+            for client in (self._consumer, self._admin):
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        await client.close() if client is self._admin else await client.stop()
+
+        self._loop.run_until_complete(stop())
+        self._loop.close()
+
+
+def stale_rollups(client: Any) -> int:
+    """Hours and days whose rollup is older than the rows under them (the sink rolls up a
+    moment after it stores): the report must not be read before this is 0."""
+    from sinks.clickhouse import STALE_DAYS, STALE_HOURS
+
+    return sum(len(client.query(q).result_rows) for q in (STALE_HOURS, STALE_DAYS))
