@@ -43,6 +43,7 @@ class DemoOptions:
     truth: Path | None = None
     save_report: Path | None = None
     data_dir: Path | None = None
+    engine: str = "asyncio"
 
 
 @dataclass
@@ -128,7 +129,7 @@ class Demo:
         sim += ["--as-fast-as-possible"] if speed is None else ["--speed", str(speed)]
         quiet = {**env, "GPUGAP_LOG_LEVEL": "ERROR"}  # errors still show; chatter does not
         worker = [*GPUGAP, "worker", "--group", WORKER_GROUP, "--http", f"127.0.0.1:{metrics}"]
-        worker += ["--idle-flush", "5"]
+        worker += ["--engine", self.opts.engine, "--idle-flush", "5"]
         if speed is None:
             # publish the whole scenario first, then let the worker read it: it merges the
             # topics in event time while catching up (a live replay at hundreds of times real
@@ -374,6 +375,9 @@ def register(sub: Any, cmd: Any) -> None:
     d.add_argument("--truth", metavar="FILE", help="write the scenario's ground truth here")
     d.add_argument("--save-report", metavar="FILE", help="also write the report as JSON")
     d.add_argument("--data-dir", metavar="DIR", help="keep Kafka/ClickHouse data here")
+    d.add_argument(
+        "--engine", choices=["asyncio", "faust"], default="asyncio", help="the worker's engine"
+    )
 
 
 def _demo_cmd(args: Any) -> int:
@@ -392,5 +396,6 @@ def _demo_cmd(args: Any) -> int:
             truth=Path(args.truth) if args.truth else None,
             save_report=Path(args.save_report) if args.save_report else None,
             data_dir=Path(args.data_dir) if args.data_dir else None,
+            engine=args.engine,
         )
     )

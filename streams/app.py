@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -224,6 +225,9 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         broker=[f"kafka://{h.strip()}" for h in kafka.bootstrap.split(",") if h.strip()],
         broker_credentials=_credentials(kafka),
         store="memory://",
+        # the tables live in memory and in their changelogs: nothing worth a folder in the
+        # working directory (Faust's default), so its scratch folder goes under the temp dir
+        datadir=os.path.join(tempfile.gettempdir(), "gpugap-faust", "{conf.name}"),
         autodiscover=False,
         topic_partitions=1,
         topic_allow_declare=True,

@@ -193,9 +193,17 @@ class Worker:
                             await self.join.ingest(tp, RawMessage.of(m))
                 if batches:
                     idle_since, flushed = loop.time(), False
-                await self.join.drain(self.join.frontier(await self._lagging(consumer)))
+                lagging = await self._lagging(consumer)
+                await self.join.drain(self.join.frontier(lagging))
                 idle = loop.time() - idle_since
-                if not flushed and self.idle_flush_s is not None and idle >= self.idle_flush_s:
+                # quiet input, not a slow fetch: closing every minute while a partition still
+                # has records to read would make all of them late
+                if (
+                    not flushed
+                    and not lagging
+                    and self.idle_flush_s is not None
+                    and idle >= self.idle_flush_s
+                ):
                     await self.join.flush_all()
                     flushed = True
                     last_commit = 0.0
