@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per 
     from gpugap.cli_sim import register as register_sim  # simulate, record, replay
 
     register_sim(sub, cmd)
-    from gpugap.demo import register as register_demo  # demo
+    from gpugap.cli_demo import register as register_demo  # demo
 
     register_demo(sub, cmd)
     from streams.cli import register as register_streams  # worker

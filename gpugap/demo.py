@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpugap.demo_watch import create_topics, worker_metrics
 from gpugap.errors import ConfigError, ServiceError
 from gpugap.services.kafka import free_port
 from gpugap.settings import ClickHouseSettings, KafkaSettings, load
@@ -121,7 +122,7 @@ class Demo:
             "GPUGAP_CLICKHOUSE_DATABASE": ch.database,
         }
         migrate(ch)
-        _create_topics(kafka)
+        create_topics(kafka, WORKER_GROUP)
         metrics = free_port()
         truth = self.opts.truth or self.tmp / "truth.json"
         sim = [*GPUGAP, "simulate", "--scenario", self.opts.scenario, "--truth", str(truth)]
@@ -172,6 +173,10 @@ class Demo:
             return self.opts.speed
         return None
 
+    def _worker_group(self) -> str:
+        # a Faust app's id is its consumer group, and it carries the topic prefix
+        return PREFIX + WORKER_GROUP if self.opts.engine == "faust" else WORKER_GROUP
+
     def _progress(self, ch: ClickHouseSettings, port: int, *, until_done: bool) -> None:
         """Print a progress line every 2 s; return once the replay is over and everything it
         produced is stored and rolled up (asked of the broker and the warehouse: a busy
@@ -186,7 +191,7 @@ class Demo:
         watch = Watch(
             self.kafka,
             {
-                WORKER_GROUP: tuple(t.name for t in INPUTS),
+                self._worker_group(): tuple(t.name for t in INPUTS),
                 SINK_GROUP: tuple(t.name for t in ClickHouseSink.topics),
             },
         )
@@ -198,7 +203,7 @@ class Demo:
                     code = self.procs[name].poll()
                     if code is not None:
                         raise ServiceError(f"the {name} exited ({code}): see the lines above")
-                m = _metrics(port)  # {} while the worker is too busy to answer
+                m = worker_metrics(port)  # {} while the worker is too busy to answer
                 now = time.monotonic()
                 msgs = int(m.get("gpugap_worker_messages_total", last_msgs))
                 rate = max(0, msgs - last_msgs) / max(1e-6, now - last_t)
@@ -208,10 +213,11 @@ class Demo:
                     "gpu_minutes), (SELECT uniqExact(alert_id) FROM alerts)"
                 ).result_rows[0]
                 progress = watch.progress()
-                lag = progress.lag[WORKER_GROUP]
+                lag = progress.lag[self._worker_group()]
                 reached = f"{latest:%Y-%m-%d %H:%M}" if rows else "(nothing stored yet)"
+                speed = f"{rate:,.0f} messages/s" if m else "worker busy"
                 line = (
-                    f"simulated up to {reached} | {rate:,.0f} messages/s | "
+                    f"simulated up to {reached} | {speed} | "
                     f"worker lag {lag:,} | GPU-minutes stored {rows:,} | alerts {alerts:,}"
                 )
                 if self.tty:
@@ -300,102 +306,14 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _metrics(port: int) -> dict[str, float]:
-    out: dict[str, float] = {}
-    url = f"http://127.0.0.1:{port}/metrics"
-    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=2) as r:
-        for line in r.read().decode().splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-    return out
-
-
-def _create_topics(kafka: KafkaSettings) -> None:
-    """The inputs keep records forever: replayed records carry event times from the
-    scenario's past, which time-based retention would delete under the worker."""
-    import asyncio
-
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
-
-    from schemas import TOPICS
-
-    async def create() -> None:
-        admin = AIOKafkaAdminClient(**kafka.client_options())
-        await admin.start()
-        try:
-            existing = set(await admin.list_topics())
-            new = [
-                NewTopic(kafka.topic_prefix + n, 1, 1, topic_configs={"retention.ms": "-1"})
-                for n in TOPICS
-                if kafka.topic_prefix + n not in existing
-            ]
-            if new:
-                with contextlib.suppress(TopicAlreadyExistsError):
-                    await admin.create_topics(new)
-        finally:
-            await admin.close()
-
-    asyncio.run(create())
-
-
 def run_demo(opts: DemoOptions) -> int:
     demo = Demo(opts)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # SIGTERM stops everything like Ctrl-C does
+
+    signal.signal(signal.SIGTERM, interrupt)
     try:
         return demo.run()
     finally:
         demo.stop()
-
-
-def register(sub: Any, cmd: Any) -> None:
-    d = cmd(
-        "demo",
-        _demo_cmd,
-        "the whole pipeline on the embedded defaults: Kafka, ClickHouse, worker, sink and a "
-        "replayed scenario, then the capacity-gap report",
-    )
-    d.add_argument("--scenario", default="demo", help="small, demo (default), scale or a file")
-    d.add_argument(
-        "--duration",
-        type=float,
-        metavar="S",
-        help="stop S seconds after the start (never before the report); default: Ctrl-C",
-    )
-    d.add_argument(
-        "--speed",
-        type=float,
-        metavar="X",
-        help="replay live at X event-time seconds per wall second, the worker running "
-        "alongside (default: publish the whole scenario first, then process it)",
-    )
-    d.add_argument("--kafka", metavar="HOST:PORT", help="use this Kafka instead of starting one")
-    d.add_argument("--clickhouse", metavar="URL", help="use this ClickHouse instead")
-    d.add_argument("--clickhouse-port", type=int, metavar="PORT", help="port for the endpoint")
-    d.add_argument("--truth", metavar="FILE", help="write the scenario's ground truth here")
-    d.add_argument("--save-report", metavar="FILE", help="also write the report as JSON")
-    d.add_argument("--data-dir", metavar="DIR", help="keep Kafka/ClickHouse data here")
-    d.add_argument(
-        "--engine", choices=["asyncio", "faust"], default="asyncio", help="the worker's engine"
-    )
-
-
-def _demo_cmd(args: Any) -> int:
-    if args.duration is not None and args.duration <= 0:
-        raise ConfigError("--duration must be positive seconds")
-    if args.speed is not None and args.speed < 0:
-        raise ConfigError("--speed must be >= 0 (0: as fast as possible)")
-    return run_demo(
-        DemoOptions(
-            scenario=args.scenario,
-            duration_s=args.duration,
-            speed=args.speed,
-            kafka=args.kafka,
-            clickhouse=args.clickhouse,
-            clickhouse_port=args.clickhouse_port,
-            truth=Path(args.truth) if args.truth else None,
-            save_report=Path(args.save_report) if args.save_report else None,
-            data_dir=Path(args.data_dir) if args.data_dir else None,
-            engine=args.engine,
-        )
-    )

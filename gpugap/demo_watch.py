@@ -1,6 +1,7 @@
-"""How far the demo's pipeline has got, asked of the broker and the warehouse rather than the
-processes: a worker busy with a large batch may not answer its /metrics for seconds, and a
-gauge read between two batches says "nothing buffered" while most of the input is unread.
+"""The demo's view of the pipeline: its topics, the worker's gauges, and how far it has got,
+asked of the broker and the warehouse rather than the processes: a worker busy with a large
+batch may not answer its /metrics for seconds, and a gauge read between two batches says
+"nothing buffered" while most of the input is unread.
 
 Done means: every input record is behind the worker's committed offsets, every output record
 (minutes, alerts, dead letters, the scheduler events the sink keeps) is behind the sink's, the
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,3 +92,49 @@ def stale_rollups(client: Any) -> int:
     from sinks.clickhouse import STALE_DAYS, STALE_HOURS
 
     return sum(len(client.query(q).result_rows) for q in (STALE_HOURS, STALE_DAYS))
+
+
+def worker_metrics(port: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    url = f"http://127.0.0.1:{port}/metrics"
+    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=2) as r:
+        for line in r.read().decode().splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+    return out
+
+
+def create_topics(kafka: KafkaSettings, group: str) -> None:
+    """The inputs keep records forever: replayed records carry event times from the
+    scenario's past, which time-based retention would delete under the worker."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+    from schemas import TOPICS
+
+    async def create() -> None:
+        admin = AIOKafkaAdminClient(**kafka.client_options())
+        await admin.start()
+        try:
+            existing = set(await admin.list_topics())
+            new = [
+                NewTopic(kafka.topic_prefix + n, 1, 1, topic_configs={"retention.ms": "-1"})
+                for n in TOPICS
+                if kafka.topic_prefix + n not in existing
+            ]
+            if new:
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    await admin.create_topics(new)
+            # a fresh broker creates its offsets topic on the first group request; until
+            # then every consumer logs GroupCoordinatorNotAvailable at ERROR (and retries)
+            for _ in range(100):
+                try:
+                    await admin.list_consumer_group_offsets(group)
+                    break
+                except KafkaError:
+                    await asyncio.sleep(0.3)
+        finally:
+            await admin.close()
+
+    asyncio.run(create())

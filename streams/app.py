@@ -227,7 +227,7 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         store="memory://",
         # the tables live in memory and in their changelogs: nothing worth a folder in the
         # working directory (Faust's default), so its scratch folder goes under the temp dir
-        datadir=os.path.join(tempfile.gettempdir(), "gpugap-faust", "{conf.name}"),
+        datadir=os.path.join(_scratch(), "{conf.name}"),
         autodiscover=False,
         topic_partitions=1,
         topic_allow_declare=True,
@@ -285,6 +285,13 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         await runner.pub.close()
 
     return app, runner
+
+
+def _scratch() -> str:
+    """The parent of Faust's data folder (Faust creates only the last level)."""
+    path = os.path.join(tempfile.gettempdir(), "gpugap-faust")
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 def _credentials(kafka: KafkaSettings) -> Any:

@@ -10,6 +10,7 @@ scheduler events and make them late during a replay or a catch-up.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import heapq
 import json
@@ -121,6 +122,10 @@ class Join:
                 offsets.add(raw.offset)
             if handle is not None:
                 done.append(handle)
+            if not stats.processed % 200:
+                # let /metrics and /healthz answer while catching up: a liveness probe
+                # must not see a worker draining a large backlog as dead
+                await asyncio.sleep(0)
         await self.publish(self.proc.advance(), None)
         self.stats.buffered = len(buf)
         self.stats.open_minutes = self.proc.open_minutes()
