@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ def close(got: float, want: float) -> bool:
 def test_demo_report_equals_the_ground_truth_and_stops_everything(tmp_path: Path) -> None:
     truth, report = tmp_path / "truth.json", tmp_path / "report.json"
     data = tmp_path / "data"
-    done = subprocess.run(
+    demo = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -35,7 +36,7 @@ def test_demo_report_equals_the_ground_truth_and_stops_everything(tmp_path: Path
             "--speed",
             "0",
             "--duration",
-            "1",
+            "600",
             "--clickhouse-port",
             str(free_port()),
             "--truth",
@@ -45,15 +46,29 @@ def test_demo_report_equals_the_ground_truth_and_stops_everything(tmp_path: Path
             "--data-dir",
             str(data),
         ],
-        env={**os.environ, "GPUGAP_LOG_LEVEL": "WARNING"},
-        capture_output=True,
+        env={**os.environ, "GPUGAP_LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=600,
-        check=False,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "Gap by class" in done.stdout and "ClickHouse answers at" in done.stdout
-    assert "stopped everything the demo started" in done.stdout
+    out: list[str] = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:  # until it holds, waiting for Ctrl-C / --duration
+            out.append(line)
+            if "running for" in line and "(--duration)" in line:
+                break
+        # SIGTERM (a service manager, `kill`) stops everything it started, like Ctrl-C
+        demo.send_signal(signal.SIGTERM)
+        rest, _ = demo.communicate(timeout=120)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    stdout = "".join(out) + rest
+    assert demo.returncode == 0, stdout[-3000:]
+    assert "Gap by class" in stdout and "ClickHouse answers at" in stdout
+    assert "stopped everything the demo started" in stdout
+    assert "ERROR" not in stdout, stdout[-3000:]
     t, r = json.loads(truth.read_text()), json.loads(report.read_text())
     got = {row["key"]: row for row in r["breakdown"]}
     assert set(got) == set(t["by_class"])
