@@ -107,6 +107,9 @@ async def read_topic(
         bootstrap_servers=kafka.bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        # a topic a producer just auto-created may answer "leader not available" on the
+        # first metadata request; the default refresh (5 min) would outlast the timeout
+        metadata_max_age_ms=2000,
     )
     await consumer.start()
     out: list[M] = []
