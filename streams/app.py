@@ -36,10 +36,8 @@ from .join import INPUTS, Join, already_taken, resume_offset
 log = logging.getLogger(__name__)
 
 STATE_TABLE = "state"
-#: at a gap in what Faust delivers: seek back this many times, this long apart, before
-#: taking the gap as one in the log
-GAP_SEEKS = 5
-GAP_RESEEK_S = 2.0
+#: how long reading offsets Faust skipped may take before the batch fails (and is retried)
+FILL_TIMEOUT_S = 30.0
 
 app: faust.App  # for ``faust -A streams.app``: built from the environment on first access
 
@@ -76,8 +74,7 @@ class Runner:
         self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
         self.expect: dict[Any, int] = {}  # partition -> the offset Faust must deliver next
         #: partition -> (missing offset, when it was sought back to, how many times)
-        self.gap: dict[Any, tuple[int, float, int]] = {}
-        self._reseek: list[tuple[Any, int]] = []
+        self._filler: Any = None  # our own consumer for offsets Faust skipped
         self.last_input = time.monotonic()
         self.last_checkpoint = time.monotonic()
         self.flushed = True
@@ -112,14 +109,17 @@ class Runner:
             for ev in events:
                 m = ev.message
                 tp = m.tp
-                if not self._in_sequence(tp, m.offset):
-                    continue
+                want = self.expect.get(tp)
+                if want is not None and m.offset < want:
+                    continue  # delivered again: the first copy is the one acked
+                if want is not None and m.offset > want:
+                    await self._fill(tp, want, m.offset)
+                self.expect[tp] = m.offset + 1
                 self.next[tp] = m.offset + 1
                 if already_taken(self.skip, m.topic, m.partition, m.offset):
                     self.join.done.append(ev)  # already in the restored state
                     continue
                 await self.join.ingest(tp, RawMessage.of(m), ev)
-            await self._do_reseek()
             self.join.stats.last_poll = time.monotonic()
             self.last_input = time.monotonic()
             self.flushed = False
@@ -127,62 +127,39 @@ class Runner:
             if self._checkpoint_due():
                 await self.checkpoint()
 
-    def _in_sequence(self, tp: Any, offset: int) -> bool:
-        """Whether a delivered record is the next one of its partition.
+    async def _fill(self, tp: Any, start: int, end: int) -> None:
+        """Read offsets [start, end) of a partition ourselves: Faust skipped them.
 
         Faust does not hand every partition over gap-free: a restarted worker's stream
         partitions are resumed before Faust's seek to the committed offsets (recovery's
         ``on_recovery_completed``), and records fetched around that seek reach the agent
         twice, or not at all (the consumer drops those below its read offset). A SIGKILL
-        test caught a restarted worker whose agent got offsets ..1897, then 1904.. (one of
-        them twice): its next checkpoint claimed everything below 1976 read, the worker
-        after it skipped 1898-1903 as already taken, and five nodes' minutes came out short.
-        So: a record seen again is dropped (the first copy is the one acked), and at a gap
-        the partition is sought back to the first missing offset; records past the gap are
-        dropped until it arrives (the timer seeks again if it does not). A gap that persists
-        after a few seeks (a compacted or transactional topic) is taken as real."""
-        want = self.expect.get(tp)
-        if want is None or offset == want:
-            self.expect[tp] = offset + 1
-            self.gap.pop(tp, None)
-            return True
-        if offset < want:
-            return False  # delivered again
-        now = time.monotonic()
-        seen = self.gap.get(tp)
-        if seen is None or seen[0] != want:
-            log.warning(
-                "%s: Faust delivered offset %d where %d was due: seeking back", tp, offset, want
-            )
-            self.gap[tp] = (want, now, 1)
-            self._reseek.append((tp, want))
-            return False
-        if seen[2] >= GAP_SEEKS and now - seen[1] >= GAP_RESEEK_S:
-            log.warning("%s: offsets %d-%d are not in the log: skipped", tp, want, offset - 1)
-            self.expect[tp] = offset + 1
-            del self.gap[tp]
-            return True
-        # fetched before the seek: the missing records come first (else the timer seeks again)
-        return False
+        test caught a restarted worker whose agent got offsets ..1897, then 1904..: its next
+        checkpoint claimed everything below 1976 read, the worker after it skipped 1898-1903
+        as already taken, and five nodes' minutes came out short. Seeking Faust's consumer
+        back races its read offset (what the seek fetches can be dropped again), so the
+        missing records are read here, in order, before the record after them; Faust is told
+        they are a gap (which it counts as acked), and our checkpoints still ack nothing
+        above a record before the state holding it is stored."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    async def _seek_gaps(self) -> None:
-        """Seek again where the missing records did not come: Faust's fetch loop may set
-        its read offset past a seek while it hands over records fetched before it, and
-        then drops what the seek fetches again (transport/consumer.py, _drain_messages)."""
-        now = time.monotonic()
-        for tp, (want, since, tries) in list(self.gap.items()):
-            if tries < GAP_SEEKS and now - since >= GAP_RESEEK_S:
-                log.warning("%s: offset %d did not come: seeking back again", tp, want)
-                self.gap[tp] = (want, now, tries + 1)
-                self._reseek.append((tp, want))
-        await self._do_reseek()
-
-    async def _do_reseek(self) -> None:
-        if self._reseek:
-            # run on Faust's consumer thread, where the aiokafka consumer lives (Faust's
-            # ``Consumer.seek`` calls it from this thread)
-            await self.app.consumer.seek_wait(dict(self._reseek))
-            self._reseek.clear()
+        log.warning("%s: Faust skipped offsets %d-%d: reading them directly", tp, start, end - 1)
+        if self._filler is None:
+            self._filler = AIOKafkaConsumer(**self.kafka.client_options(), enable_auto_commit=False)
+            await self._filler.start()
+        ktp = TopicPartition(tp.topic, tp.partition)
+        self._filler.assign([ktp])
+        self._filler.seek(ktp, start)
+        at = start
+        async with asyncio.timeout(FILL_TIMEOUT_S):
+            while at < end:
+                for r in (await self._filler.getmany(ktp, timeout_ms=500)).get(ktp, []):
+                    at = r.offset + 1
+                    if r.offset >= end:
+                        break  # the log has no more below ``end`` (a compacted gap)
+                    if not already_taken(self.skip, r.topic, r.partition, r.offset):
+                        await self.join.ingest(tp, RawMessage.of(r))
+        await self.app.consumer._add_gap(tp, start, end - 1)  # type: ignore[attr-defined]
 
     def _checkpoint_due(self) -> bool:
         since = time.monotonic() - self.last_checkpoint
@@ -296,7 +273,6 @@ class Runner:
             async with self.lock:
                 await self._ready()
         async with self.lock:
-            await self._seek_gaps()
             self.join.stats.last_poll = time.monotonic()
             idle = time.monotonic() - self.last_input
             if (
@@ -386,6 +362,8 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _close(app: faust.App, **kwargs: Any) -> None:
         await runner.pub.close()
+        if runner._filler is not None:
+            await runner._filler.stop()
 
     return app, runner
 

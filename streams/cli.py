@@ -27,7 +27,7 @@ def register(sub: Any, cmd: Cmd) -> None:
         default="asyncio",
         help="asyncio (default: a plain aiokafka loop owning every partition; exact after a "
         "SIGKILL) or faust (the Faust app, state in a changelog table; a restarted worker "
-        "can stall after seeking back over records Faust skipped, see README)",
+        "can stall after a restart where Faust skipped records, see README)",
     )
     w.add_argument(
         "--lateness", type=float, default=120.0, metavar="S", help="allowed lateness (seconds)"

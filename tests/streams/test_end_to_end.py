@@ -138,9 +138,9 @@ def test_demo_scenario_first_hours_match_ground_truth(
     )
 
 
-# Faust: the loss at some kill points is fixed (streams/app.py, Runner._in_sequence), but a
-# worker that has to seek back over a gap Faust left sometimes gets nothing more delivered
-# (2 of 12 runs: a first worker stuck at 0 processed, a final worker past its timeout)
+# Faust: the loss at some kill points is fixed (streams/app.py, Runner._fill), but after a
+# gap Faust left at a restart, Faust sometimes delivers nothing more to that worker (2 of 6
+# runs: the final worker ran past its timeout)
 @pytest.mark.parametrize(
     "engine",
     [
@@ -148,7 +148,7 @@ def test_demo_scenario_first_hours_match_ground_truth(
         pytest.param(
             "faust",
             marks=pytest.mark.xfail(
-                strict=False, reason="Faust: a worker can stall after seeking back over a gap"
+                strict=False, reason="Faust: a restarted worker can stall after a gap Faust left"
             ),
         ),
     ],
