@@ -37,6 +37,8 @@ from .join import INPUTS, Join, already_taken, resume_offset
 log = logging.getLogger(__name__)
 
 STATE_TABLE = "state"
+#: how long reading offsets Faust skipped may take before the batch fails (and is retried)
+FILL_TIMEOUT_S = 30.0
 
 app: faust.App  # for ``faust -A streams.app``: built from the environment on first access
 
@@ -71,6 +73,9 @@ class Runner:
         self.ready = False
         self.skip: dict[str, Any] = {}  # "topic:partition" -> what the state already holds
         self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
+        self.expect: dict[Any, int] = {}  # partition -> the offset Faust must deliver next
+        #: partition -> (missing offset, when it was sought back to, how many times)
+        self._filler: Any = None  # our own consumer for offsets Faust skipped
         self.last_input = time.monotonic()
         self.last_checkpoint = time.monotonic()
         self.flushed = True
@@ -88,12 +93,29 @@ class Runner:
             self.flushed = False  # a restored state may hold minutes only a flush closes
         self.ready = True
 
+    def _recovered(self) -> bool:
+        """The inputs are assigned and the table's changelog read (no rebalance going on)."""
+        app = self.app
+        recovery = app.tables.recovery  # type: ignore[attr-defined]
+        if app.rebalancing or not recovery.completed.is_set():
+            return False
+        return any(tp.topic in self.inputs for tp in app.consumer.assignment())
+
     async def on_batch(self, events: list[Any]) -> None:
         async with self.lock:
             await self._ready()
+            new = {ev.message.tp for ev in events} - set(self.expect)
+            if new:
+                self.expect.update(await self._positions(list(new)))
             for ev in events:
                 m = ev.message
                 tp = m.tp
+                want = self.expect.get(tp)
+                if want is not None and m.offset < want:
+                    continue  # delivered again: the first copy is the one acked
+                if want is not None and m.offset > want:
+                    await self._fill(tp, want, m.offset)
+                self.expect[tp] = m.offset + 1
                 self.next[tp] = m.offset + 1
                 if already_taken(self.skip, m.topic, m.partition, m.offset):
                     self.join.done.append(ev)  # already in the restored state
@@ -105,6 +127,40 @@ class Runner:
             await self.join.drain(self.join.frontier(await self._lagging()))
             if self._checkpoint_due():
                 await self.checkpoint()
+
+    async def _fill(self, tp: Any, start: int, end: int) -> None:
+        """Read offsets [start, end) of a partition ourselves: Faust skipped them.
+
+        Faust does not hand every partition over gap-free: a restarted worker's stream
+        partitions are resumed before Faust's seek to the committed offsets (recovery's
+        ``on_recovery_completed``), and records fetched around that seek reach the agent
+        twice, or not at all (the consumer drops those below its read offset). A SIGKILL
+        test caught a restarted worker whose agent got offsets ..1897, then 1904..: its next
+        checkpoint claimed everything below 1976 read, the worker after it skipped 1898-1903
+        as already taken, and five nodes' minutes came out short. Seeking Faust's consumer
+        back races its read offset (what the seek fetches can be dropped again), so the
+        missing records are read here, in order, before the record after them; Faust is told
+        they are a gap (which it counts as acked), and our checkpoints still ack nothing
+        above a record before the state holding it is stored."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        log.warning("%s: Faust skipped offsets %d-%d: reading them directly", tp, start, end - 1)
+        if self._filler is None:
+            self._filler = AIOKafkaConsumer(**self.kafka.client_options(), enable_auto_commit=False)
+            await self._filler.start()
+        ktp = TopicPartition(tp.topic, tp.partition)
+        self._filler.assign([ktp])
+        self._filler.seek(ktp, start)
+        at = start
+        async with asyncio.timeout(FILL_TIMEOUT_S):
+            while at < end:
+                for r in (await self._filler.getmany(ktp, timeout_ms=500)).get(ktp, []):
+                    at = r.offset + 1
+                    if r.offset >= end:
+                        break  # the log has no more below ``end`` (a compacted gap)
+                    if not already_taken(self.skip, r.topic, r.partition, r.offset):
+                        await self.join.ingest(tp, RawMessage.of(r))
+        await self.app.consumer._add_gap(tp, start, end - 1)  # type: ignore[attr-defined]
 
     def _checkpoint_due(self) -> bool:
         since = time.monotonic() - self.last_checkpoint
@@ -135,10 +191,11 @@ class Runner:
         ends = await self.app.consumer.highwaters(*assigned)
         return all(self.next.get(tp, self.start.get(tp, 0)) >= ends.get(tp, 0) for tp in assigned)
 
-    async def _start_offsets(self, tps: list[Any]) -> dict[Any, int]:
-        """Where reading starts in partitions that have delivered nothing yet: the group's
-        committed offset, else the log start. Faust may fetch a partition's records long
-        before it delivers them, so the consumer's position cannot tell."""
+    async def _positions(self, tps: list[Any]) -> dict[Any, int]:
+        """Where Faust starts delivering partitions that have delivered nothing yet: the
+        group's committed offset (not below the log start), else the log start. Faust may
+        fetch a partition's records long before it delivers them, so the consumer's
+        position cannot tell."""
         from aiokafka.admin import AIOKafkaAdminClient
         from aiokafka.structs import TopicPartition
 
@@ -152,27 +209,35 @@ class Runner:
         out = {}
         for tp in tps:
             c = committed.get(TopicPartition(tp.topic, tp.partition))
-            start = c.offset if c is not None and c.offset >= 0 else earliest.get(tp, 0)
-            out[tp] = max(start, resume_offset(self.skip.get(f"{tp.topic}:{tp.partition}", 0)))
+            start = earliest.get(tp, 0)
+            out[tp] = max(c.offset, start) if c is not None and c.offset >= 0 else start
         return out
+
+    async def _start_offsets(self, tps: list[Any]) -> dict[Any, int]:
+        """Where reading starts: Faust's position, or past it what the state already holds."""
+        pos = await self._positions(tps)
+        return {
+            tp: max(p, resume_offset(self.skip.get(f"{tp.topic}:{tp.partition}", 0)))
+            for tp, p in pos.items()
+        }
 
     async def checkpoint(self) -> None:
         """Outputs acknowledged, then the state that includes them, then the acks."""
         await self.pub.flush()
-        offsets = self.join.resume_points(self.next)
+        offsets = self._resume_points()
         # written to the table's changelog by our own producer and awaited: Faust's table
         # writes are queued in its producer buffer, and a SIGKILL showed Faust committing
         # offsets whose state had not reached the changelog. Faust still recovers the
         # table from this topic on start (the restore reads it back from there).
         topic = self.table.changelog_topic.get_topic_name()
-        for key, value in self.join.snapshot({**self.skip, **offsets}):
+        for key, value in self.join.snapshot(offsets):
             await self.pub.send_raw(topic, key, value)
         await self.pub.flush()
         self.join.snapshot_stored()
         # ack strictly in offset order and only below each partition's resume point: Faust
         # commits the first run of consecutive acked offsets, wherever it starts (with no
         # commit yet), so one early ack (a dead letter) would commit past unread records
-        starts = {key: resume_offset(p) for key, p in {**self.skip, **offsets}.items()}
+        starts = {key: resume_offset(p) for key, p in offsets.items()}
         keep = []
         for ev in sorted(self.join.done, key=lambda e: (e.message.topic, e.message.offset)):
             m = ev.message
@@ -183,13 +248,31 @@ class Runner:
         self.join.done = keep
         self.last_checkpoint = time.monotonic()
 
+    def _resume_points(self) -> dict[str, Any]:
+        """This run's resume points, merged with the restored ones: a partition this run
+        has not yet read past the restored point keeps the restored point (with its
+        offsets taken above it) instead of moving back to this run's read position."""
+        points = dict(self.skip)
+        for key, p in self.join.resume_points(self.next).items():
+            if resume_offset(p) >= resume_offset(points.get(key, 0)):
+                points[key] = p
+        return points
+
     async def tick(self) -> None:
         """Every half second: checkpoint what the agent left, flush and stop when idle."""
-        # only once the agent restored the state: Faust's recovery "completed" flag is also
-        # set while the assignment is still empty, and a restore then finds an empty table
-        # (a SIGKILL test caught a restarted worker starting from nothing)
-        if not self.ready or self.stopping:
+        if self.stopping:
             return
+        if not self.ready:
+            # Faust's recovery "completed" flag is also set while the assignment is still
+            # empty, and a restore then finds an empty table (a SIGKILL test caught a
+            # restarted worker starting from nothing): restore here only once the inputs
+            # are assigned and their changelog read. Waiting for the agent's first batch
+            # instead hangs a worker with nothing left to read (killed right after a
+            # checkpoint that covered every input): it never flushes, never stops when idle.
+            if not self._recovered():
+                return
+            async with self.lock:
+                await self._ready()
         async with self.lock:
             self.join.stats.last_poll = time.monotonic()
             idle = time.monotonic() - self.last_input
@@ -283,6 +366,8 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _close(app: faust.App, **kwargs: Any) -> None:
         await runner.pub.close()
+        if runner._filler is not None:
+            await runner._filler.stop()
 
     return app, runner
 

@@ -26,8 +26,8 @@ def register(sub: Any, cmd: Cmd) -> None:
         choices=["faust", "asyncio"],
         default="asyncio",
         help="asyncio (default: a plain aiokafka loop owning every partition; exact after a "
-        "SIGKILL) or faust (the Faust app, state in a changelog table; a restart after a "
-        "SIGKILL can still lose part of a minute, see README)",
+        "SIGKILL) or faust (the Faust app, state in a changelog table; a restarted worker "
+        "can stall after a restart where Faust skipped records, see README)",
     )
     w.add_argument(
         "--lateness", type=float, default=120.0, metavar="S", help="allowed lateness (seconds)"

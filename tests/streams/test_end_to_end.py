@@ -138,11 +138,23 @@ def test_demo_scenario_first_hours_match_ground_truth(
     )
 
 
-# The asyncio engine (the default). The Faust engine does not pass this yet: at some kill
-# points a restarted Faust worker stores part of a minute's consumption short (0.3-1 % of
-# consumed GPU-seconds in ~1 of 3 runs); see the README's Streams section.
+# Faust: the loss at some kill points is fixed (streams/app.py, Runner._fill), but after a
+# gap Faust left at a restart, Faust sometimes delivers nothing more to that worker (2 of 6
+# runs: the final worker ran past its timeout)
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "asyncio",
+        pytest.param(
+            "faust",
+            marks=pytest.mark.xfail(
+                strict=False, reason="Faust: a restarted worker can stall after a gap Faust left"
+            ),
+        ),
+    ],
+)
 def test_worker_killed_twice_gives_the_same_totals_and_alerts(
-    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
+    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path, engine: str
 ) -> None:
     asyncio.run(create_topics(kafka, list(TOPICS)))
     truth = tmp_path / "truth.json"
@@ -153,19 +165,22 @@ def test_worker_killed_twice_gives_the_same_totals_and_alerts(
         "GPUGAP_LOG_LEVEL": os.environ.get("E2E_LOG_LEVEL", "WARNING"),
     }
     gpugap = [sys.executable, "-m", "gpugap"]
+    worker_cmd = [*gpugap, "worker", "--engine", engine]
     # the whole window first, then workers that catch up: at replay speed 120 s of allowed
     # lateness is a fraction of a wall second, so a live run at 600x would test the broker's
     # fetch timing, not the worker
     sim = [*gpugap, "simulate", "--scenario", "small", "--as-fast-as-possible"]
     subprocess.run([*sim, "--truth", str(truth)], env=env, timeout=120, check=True)
-    rng = random.Random()
+    # KILL_SEED=N replays a run's kill points (printed below)
+    seed = int(os.environ.get("KILL_SEED") or random.randrange(1 << 32))
+    rng = random.Random(seed)
+    kills = []
     total = 2028  # messages the small scenario publishes (its summary line says so)
     for _ in range(2):
         port = free_port()
         worker = subprocess.Popen(
             [
-                *gpugap,
-                "worker",
+                *worker_cmd,
                 "--http",
                 f"127.0.0.1:{port}",
                 "--max-records",
@@ -183,9 +198,11 @@ def test_worker_killed_twice_gives_the_same_totals_and_alerts(
             time.sleep(0.02)
         worker.kill()  # SIGKILL: no clean shutdown, no last commit
         worker.wait()
+        kills.append((target, seen))
         assert 0 < seen < total, f"the kill did not land mid-run (processed {seen})"
+    print(f"{engine}: KILL_SEED={seed}, kills (target, processed): {kills}")
     final = subprocess.run(
-        [*gpugap, "worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3"],
+        [*worker_cmd, "--http", "", "--idle-flush", "1", "--idle-timeout", "3"],
         env=env,
         timeout=180,
         check=True,
