@@ -260,15 +260,15 @@ class Demo:
 
     def _hold(self) -> None:
         if self.opts.duration_s is None:
-            self._say("running; Ctrl-C stops everything")
-            with contextlib.suppress(KeyboardInterrupt):
+            with contextlib.suppress(KeyboardInterrupt):  # from here on, a stop is normal
+                self._say("running; Ctrl-C stops everything")
                 while True:
                     time.sleep(3600)
             return
         left = self.opts.duration_s - (time.monotonic() - self.started)
         if left > 0:
-            self._say(f"running for {left:.0f} s more (--duration); Ctrl-C stops earlier")
-            with contextlib.suppress(KeyboardInterrupt):
+            with contextlib.suppress(KeyboardInterrupt):  # from here on, a stop is normal
+                self._say(f"running for {left:.0f} s more (--duration); Ctrl-C stops earlier")
                 time.sleep(left)
 
     def stop(self) -> None:
