@@ -26,28 +26,10 @@ from producers.simulate import Simulator
 from schemas import TOPICS
 from sinks.clickhouse import ClickHouseSink
 from sinks.warehouse import connect
-from streams.worker import Worker
+from streams.bench_worker import create_topics  # one partition each, kept forever: the
+from streams.worker import Worker  # simulator stamps records weeks ago (168 h retention)
 
 pytestmark = pytest.mark.kafka
-
-
-async def create_topics(settings: KafkaSettings, names: list[str]) -> None:
-    """Like tests.conftest.create_topics, but keeping records forever: the simulator stamps
-    records with their event time (weeks ago), which the broker's time-based retention
-    (168 h) would otherwise delete at its next check, under the worker's feet."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [
-                NewTopic(settings.topic_prefix + n, 1, 1, topic_configs={"retention.ms": "-1"})
-                for n in names
-            ]
-        )
-    finally:
-        await admin.close()
 
 
 def utc(s: str) -> datetime:
