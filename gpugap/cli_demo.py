@@ -38,7 +38,7 @@ def register(sub: Any, cmd: Any) -> None:
     d.add_argument("--save-report", metavar="FILE", help="also write the report as JSON")
     d.add_argument("--data-dir", metavar="DIR", help="keep Kafka/ClickHouse data here")
     d.add_argument(
-        "--engine", choices=["asyncio", "faust"], default="asyncio", help="the worker's engine"
+        "--engine", choices=["faust", "asyncio"], default="faust", help="the worker's engine"
     )
 
 

@@ -44,7 +44,7 @@ class DemoOptions:
     truth: Path | None = None
     save_report: Path | None = None
     data_dir: Path | None = None
-    engine: str = "asyncio"
+    engine: str = "faust"
 
 
 @dataclass

@@ -92,8 +92,11 @@ class KafkaPublisher(Publisher):
         self._ship_lock = asyncio.Lock()  # batches of a partition reach the broker in order
 
     async def start(self) -> None:
+        """Connect; a second call keeps the running producer (and what it has in flight)."""
         from aiokafka import AIOKafkaProducer
 
+        if self._producer is not None:
+            return
         s = self.settings
         self._producer = AIOKafkaProducer(
             **s.client_options(),

@@ -94,15 +94,49 @@ class Runner:
         self.ready = True
 
     def _recovered(self) -> bool:
-        """The inputs are assigned and the table's changelog read (no rebalance going on)."""
+        """The inputs are assigned and the table's changelog read (no rebalance going on).
+
+        Recovery's "completed" flag stays set from the first rebalance on; the input
+        partitions stay paused until recovery of the current one is done."""
         app = self.app
         recovery = app.tables.recovery  # type: ignore[attr-defined]
         if app.rebalancing or not recovery.completed.is_set():
             return False
-        return any(tp.topic in self.inputs for tp in app.consumer.assignment())
+        consumer = app.consumer
+        inputs = [tp for tp in consumer.assignment() if tp.topic in self.inputs]
+        paused = consumer._paused_partitions  # type: ignore[attr-defined]
+        return bool(inputs) and not any(tp in paused for tp in inputs)
+
+    async def on_revoked(self, revoked: set[Any]) -> None:
+        """A rebalance took input partitions away: store the state, then forget it.
+
+        Whoever gets the partitions next (this worker again, or another) restores from the
+        table, so a worker never goes on from state that another one has moved past.
+        Nothing is acked here: Faust has dropped its bookkeeping for revoked partitions, and
+        the stored offsets let the next owner skip what the state already holds."""
+        if not self.ready or not any(tp.topic in self.inputs for tp in revoked):
+            return
+        async with self.lock:
+            await self._store()
+            stats, dl = self.join.stats, self.join.dl
+            self.join = Join(self.pub, self.kafka.topic_prefix, self.opts.config)
+            self.join.stats, self.join.dl = stats, dl
+            self.ready, self.flushed = False, True
+            self.skip = {}
+            for d in (self.start, self.next, self.expect):
+                d.clear()
+            log.info("input partitions revoked: state stored, will restore on assignment")
 
     async def on_batch(self, events: list[Any]) -> None:
+        # events fetched before a rebalance: Faust seeks back to the committed offsets and
+        # delivers them again in the new generation
+        generation = self.app.consumer_generation_id
+        events = [ev for ev in events if ev.message.generation_id == generation]
+        if not events:
+            return
         async with self.lock:
+            if self.app.consumer_generation_id != generation:
+                return  # a rebalance came while this batch waited for the lock
             await self._ready()
             new = {ev.message.tp for ev in events} - set(self.expect)
             if new:
@@ -223,17 +257,7 @@ class Runner:
 
     async def checkpoint(self) -> None:
         """Outputs acknowledged, then the state that includes them, then the acks."""
-        await self.pub.flush()
-        offsets = self._resume_points()
-        # written to the table's changelog by our own producer and awaited: Faust's table
-        # writes are queued in its producer buffer, and a SIGKILL showed Faust committing
-        # offsets whose state had not reached the changelog. Faust still recovers the
-        # table from this topic on start (the restore reads it back from there).
-        topic = self.table.changelog_topic.get_topic_name()
-        for key, value in self.join.snapshot(offsets):
-            await self.pub.send_raw(topic, key, value)
-        await self.pub.flush()
-        self.join.snapshot_stored()
+        offsets = await self._store()
         # ack strictly in offset order and only below each partition's resume point: Faust
         # commits the first run of consecutive acked offsets, wherever it starts (with no
         # commit yet), so one early ack (a dead letter) would commit past unread records
@@ -247,6 +271,21 @@ class Runner:
                 keep.append(ev)
         self.join.done = keep
         self.last_checkpoint = time.monotonic()
+
+    async def _store(self) -> dict[str, Any]:
+        """Outputs acknowledged, then the state that includes them; returns its offsets."""
+        await self.pub.flush()
+        offsets = self._resume_points()
+        # written to the table's changelog by our own producer and awaited: Faust's table
+        # writes are queued in its producer buffer, and a SIGKILL showed Faust committing
+        # offsets whose state had not reached the changelog. Faust still recovers the
+        # table from this topic on start (the restore reads it back from there).
+        topic = self.table.changelog_topic.get_topic_name()
+        for key, value in self.join.snapshot(offsets):
+            await self.pub.send_raw(topic, key, value)
+        await self.pub.flush()
+        self.join.snapshot_stored()
+        return offsets
 
     def _resume_points(self) -> dict[str, Any]:
         """This run's resume points, merged with the restored ones: a partition this run
@@ -274,6 +313,8 @@ class Runner:
             async with self.lock:
                 await self._ready()
         async with self.lock:
+            if not self.ready:
+                return  # revoked while this tick waited for the lock: nothing to store
             self.join.stats.last_poll = time.monotonic()
             idle = time.monotonic() - self.last_input
             if (
@@ -319,6 +360,12 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         broker_session_timeout=opts.session_timeout_s,
         broker_heartbeat_interval=min(3.0, opts.session_timeout_s / 3),
         consumer_auto_offset_reset="earliest",
+        # Faust waits for every message its streams took to be acked before a rebalance or
+        # a stop. A worker could wait forever: records Faust delivers twice (dropped here)
+        # are never acked, nor are records taken ahead of a lower offset still buffered in
+        # the event-time merge, which needs more input to move. Nothing depends on that
+        # wait: the stored state carries its own offsets (see ``on_revoked``).
+        stream_wait_empty=False,
         producer_compression_type=None if kafka.compression == "none" else kafka.compression,
         web_enabled=opts.web is not None,
         web_bind=opts.web[0] if opts.web else "127.0.0.1",
@@ -362,6 +409,10 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
     async def healthz(web: Any, request: Any) -> Any:
         stale = time.monotonic() - runner.join.stats.last_poll > 60
         return web.text("stalled\n" if stale else "ok\n", status=503 if stale else 200)
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def _revoked(app: faust.App, revoked: set[Any], **kwargs: Any) -> None:
+        await runner.on_revoked(revoked)
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _close(app: faust.App, **kwargs: Any) -> None:

@@ -24,10 +24,10 @@ def register(sub: Any, cmd: Cmd) -> None:
     w.add_argument(
         "--engine",
         choices=["faust", "asyncio"],
-        default="asyncio",
-        help="asyncio (default: a plain aiokafka loop owning every partition; exact after a "
-        "SIGKILL) or faust (the Faust app, state in a changelog table; a restarted worker "
-        "can stall after a restart where Faust skipped records, see README)",
+        default="faust",
+        help="faust (default: the Faust app, state in a changelog table, workers share the "
+        "partitions of a group) or asyncio (a plain aiokafka loop owning every partition: "
+        "one worker per group, about 1.7x the throughput)",
     )
     w.add_argument(
         "--lateness", type=float, default=120.0, metavar="S", help="allowed lateness (seconds)"

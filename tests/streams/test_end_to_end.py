@@ -120,21 +120,7 @@ def test_demo_scenario_first_hours_match_ground_truth(
     )
 
 
-# Faust: the loss at some kill points is fixed (streams/app.py, Runner._fill), but after a
-# gap Faust left at a restart, Faust sometimes delivers nothing more to that worker (2 of 6
-# runs: the final worker ran past its timeout)
-@pytest.mark.parametrize(
-    "engine",
-    [
-        "asyncio",
-        pytest.param(
-            "faust",
-            marks=pytest.mark.xfail(
-                strict=False, reason="Faust: a restarted worker can stall after a gap Faust left"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("engine", ["faust", "asyncio"])
 def test_worker_killed_twice_gives_the_same_totals_and_alerts(
     kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path, engine: str
 ) -> None:
@@ -190,6 +176,48 @@ def test_worker_killed_twice_gives_the_same_totals_and_alerts(
         check=True,
     )
     assert final.returncode == 0
+    asyncio.run(store(kafka, clickhouse))
+    verify(clickhouse, json.loads(truth.read_text()), alerts_exactly_once=True)
+
+
+def test_faust_worker_rebalanced_gives_the_same_totals_and_alerts(
+    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
+) -> None:
+    # a second worker joins mid-run (the inputs move to it, or are handed back to the first
+    # one, which then restores from the table), then the first one stops: the survivor
+    # finishes the run from the stored state. Two hours of the demo day (about 19,000
+    # messages): `small` is read to its end before a second worker has started.
+    asyncio.run(create_topics(kafka, list(TOPICS)))
+    truth = tmp_path / "truth.json"
+    env = env_for(kafka)
+    sim = [*GPUGAP, "simulate", "--scenario", "demo", "--duration", "2h", "--as-fast-as-possible"]
+    subprocess.run([*sim, "--truth", str(truth)], env=env, timeout=300, check=True)
+    base = [*GPUGAP, "worker", "--engine", "faust", "--max-records", "50"]
+    first_port, second_port = free_port(), free_port()
+    first = subprocess.Popen([*base, "--http", f"127.0.0.1:{first_port}"], env=env)
+    second = None
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and processed(first_port) < 1000:
+            assert first.poll() is None, "the first worker exited"
+            time.sleep(0.05)
+        second = subprocess.Popen(
+            [
+                *base,
+                *("--http", f"127.0.0.1:{second_port}"),
+                *("--idle-flush", "1", "--idle-timeout", "3"),
+            ],
+            env=env,
+        )
+        time.sleep(10)  # the join's rebalance, and some work after it
+        print(f"at the first worker's stop: {processed(first_port)} processed by it")
+        first.terminate()  # a clean stop: another rebalance hands everything to the second
+        assert first.wait(timeout=60) == 0
+        assert second.wait(timeout=300) == 0
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
     asyncio.run(store(kafka, clickhouse))
     verify(clickhouse, json.loads(truth.read_text()), alerts_exactly_once=True)
 
