@@ -1,0 +1,334 @@
+"""What the Faust app's agent and timer share: delivery checks, checkpoints, rebalances.
+
+No loss, no double counting:
+- events are acked only at a checkpoint, after the outputs they produced were acknowledged
+  by the broker and the state that includes them was written to the table's changelog;
+  Faust commits acked offsets only;
+- the snapshot carries the input offsets it covers, so after a restart the events between
+  Faust's last commit and the snapshot are skipped instead of being applied twice;
+- every input partition must arrive gap-free: repeats are dropped, offsets Faust skipped are
+  read directly (see ``Runner._fill``);
+- a worker that loses its inputs in a rebalance stores its state and forgets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+
+from gpugap.consume import RawMessage
+from gpugap.publish import KafkaPublisher
+from gpugap.settings import KafkaSettings
+
+from .core import CoreConfig
+from .join import INPUTS, Join, already_taken, resume_offset
+
+log = logging.getLogger(__name__)
+
+#: how long reading offsets Faust skipped may take before the batch fails (and is retried)
+FILL_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class AppOptions:
+    group: str = "gpugap-worker"
+    config: CoreConfig = field(default_factory=CoreConfig)
+    max_records: int = 5000
+    commit_interval_s: float = 1.0
+    idle_flush_s: float | None = None
+    idle_timeout_s: float | None = None
+    web: tuple[str, int] | None = ("127.0.0.1", 6066)
+    #: a killed worker's partitions move to its successor after this long (Faust's default
+    #: of 60 s would stall a restarted worker that long)
+    session_timeout_s: float = 10.0
+
+
+class Runner:
+    """What the agent and the timer share: the join, the checkpoint, idle handling."""
+
+    def __init__(self, app: faust.App, kafka: KafkaSettings, opts: AppOptions) -> None:
+        self.app = app
+        self.kafka = kafka
+        self.opts = opts
+        self.pub = KafkaPublisher(kafka)
+        self.join = Join(self.pub, kafka.topic_prefix, opts.config)
+        self.inputs = {t.qualified(kafka.topic_prefix) for t in INPUTS}
+        self.table: Any = None
+        self.lock = asyncio.Lock()
+        self.start: dict[Any, int] = {}  # partition -> where reading started
+        self.ready = False
+        self.skip: dict[str, Any] = {}  # "topic:partition" -> what the state already holds
+        self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
+        self.expect: dict[Any, int] = {}  # partition -> the offset Faust must deliver next
+        #: partition -> (missing offset, when it was sought back to, how many times)
+        self._filler: Any = None  # our own consumer for offsets Faust skipped
+        self.last_input = time.monotonic()
+        self.last_checkpoint = time.monotonic()
+        self.flushed = True
+        self.stopping = False
+
+    async def _ready(self) -> None:
+        if self.ready:
+            return
+        await self.pub.start()
+        records = {k: v for k, v in self.table.items() if v is not None}
+        offsets = self.join.restore(records)
+        self.skip = offsets or {}
+        if offsets is not None:
+            log.info("restored %d node(s) at offsets %s", len(self.join.proc.cores), offsets)
+            self.flushed = False  # a restored state may hold minutes only a flush closes
+        self.ready = True
+
+    def _recovered(self) -> bool:
+        """The inputs are assigned and the table's changelog read (no rebalance going on).
+
+        Recovery's "completed" flag stays set from the first rebalance on; the input
+        partitions stay paused until recovery of the current one is done."""
+        app = self.app
+        recovery = app.tables.recovery  # type: ignore[attr-defined]
+        if app.rebalancing or not recovery.completed.is_set():
+            return False
+        consumer = app.consumer
+        inputs = [tp for tp in consumer.assignment() if tp.topic in self.inputs]
+        paused = consumer._paused_partitions  # type: ignore[attr-defined]
+        return bool(inputs) and not any(tp in paused for tp in inputs)
+
+    async def on_revoked(self, revoked: set[Any]) -> None:
+        """A rebalance took input partitions away: store the state, then forget it.
+
+        Whoever gets the partitions next (this worker again, or another) restores from the
+        table, so a worker never goes on from state that another one has moved past.
+        Nothing is acked here: Faust has dropped its bookkeeping for revoked partitions, and
+        the stored offsets let the next owner skip what the state already holds."""
+        if not self.ready or not any(tp.topic in self.inputs for tp in revoked):
+            return
+        async with self.lock:
+            await self._store()
+            stats, dl = self.join.stats, self.join.dl
+            self.join = Join(self.pub, self.kafka.topic_prefix, self.opts.config)
+            self.join.stats, self.join.dl = stats, dl
+            self.ready, self.flushed = False, True
+            self.skip = {}
+            for d in (self.start, self.next, self.expect):
+                d.clear()
+            log.info("input partitions revoked: state stored, will restore on assignment")
+
+    async def on_batch(self, events: list[Any]) -> None:
+        # events fetched before a rebalance: Faust seeks back to the committed offsets and
+        # delivers them again in the new generation
+        generation = self.app.consumer_generation_id
+        events = [ev for ev in events if ev.message.generation_id == generation]
+        if not events:
+            return
+        async with self.lock:
+            if self.app.consumer_generation_id != generation:
+                return  # a rebalance came while this batch waited for the lock
+            await self._ready()
+            new = {ev.message.tp for ev in events} - set(self.expect)
+            if new:
+                self.expect.update(await self._positions(list(new)))
+            for ev in events:
+                m = ev.message
+                tp = m.tp
+                want = self.expect.get(tp)
+                if want is not None and m.offset < want:
+                    continue  # delivered again: the first copy is the one acked
+                if want is not None and m.offset > want:
+                    await self._fill(tp, want, m.offset)
+                self.expect[tp] = m.offset + 1
+                self.next[tp] = m.offset + 1
+                if already_taken(self.skip, m.topic, m.partition, m.offset):
+                    self.join.done.append(ev)  # already in the restored state
+                    continue
+                await self.join.ingest(tp, RawMessage.of(m), ev)
+            self.join.stats.last_poll = time.monotonic()
+            self.last_input = time.monotonic()
+            self.flushed = False
+            await self.join.drain(self.join.frontier(await self._lagging()))
+            if self._checkpoint_due():
+                await self.checkpoint()
+
+    async def _fill(self, tp: Any, start: int, end: int) -> None:
+        """Read offsets [start, end) of a partition ourselves: Faust skipped them.
+
+        Faust does not hand every partition over gap-free: a restarted worker's stream
+        partitions are resumed before Faust's seek to the committed offsets (recovery's
+        ``on_recovery_completed``), and records fetched around that seek reach the agent
+        twice, or not at all (the consumer drops those below its read offset). A SIGKILL
+        test caught a restarted worker whose agent got offsets ..1897, then 1904..: its next
+        checkpoint claimed everything below 1976 read, the worker after it skipped 1898-1903
+        as already taken, and five nodes' minutes came out short. Seeking Faust's consumer
+        back races its read offset (what the seek fetches can be dropped again), so the
+        missing records are read here, in order, before the record after them; Faust is told
+        they are a gap (which it counts as acked), and our checkpoints still ack nothing
+        above a record before the state holding it is stored."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        log.warning("%s: Faust skipped offsets %d-%d: reading them directly", tp, start, end - 1)
+        if self._filler is None:
+            self._filler = AIOKafkaConsumer(**self.kafka.client_options(), enable_auto_commit=False)
+            await self._filler.start()
+        ktp = TopicPartition(tp.topic, tp.partition)
+        self._filler.assign([ktp])
+        self._filler.seek(ktp, start)
+        at = start
+        async with asyncio.timeout(FILL_TIMEOUT_S):
+            while at < end:
+                for r in (await self._filler.getmany(ktp, timeout_ms=500)).get(ktp, []):
+                    at = r.offset + 1
+                    if r.offset >= end:
+                        break  # the log has no more below ``end`` (a compacted gap)
+                    if not already_taken(self.skip, r.topic, r.partition, r.offset):
+                        await self.join.ingest(tp, RawMessage.of(r))
+        await self.app.consumer._add_gap(tp, start, end - 1)  # type: ignore[attr-defined]
+
+    def _checkpoint_due(self) -> bool:
+        since = time.monotonic() - self.last_checkpoint
+        return self.join.checkpoint_due(since, self.opts.commit_interval_s)
+
+    async def _lagging(self) -> list[Any]:
+        consumer = self.app.consumer
+        tps = [tp for tp in consumer.assignment() if tp.topic in self.inputs]
+        unknown = [tp for tp in tps if tp not in self.next and tp not in self.start]
+        if unknown:
+            self.start.update(await self._start_offsets(unknown))
+        lagging = []
+        for tp in tps:
+            hw = consumer.highwater(tp)
+            nxt = self.next.get(tp, self.start.get(tp, 0))
+            if hw is None or nxt < hw:
+                lagging.append(tp)
+        return lagging
+
+    async def _caught_up(self) -> bool:
+        """Every input partition is assigned and read to its end (not merely paused, as
+        during a rebalance)."""
+        assigned = [tp for tp in self.app.consumer.assignment() if tp.topic in self.inputs]
+        if not assigned or await self._lagging():
+            return False
+        # the fetcher's highwater is only as fresh as its last fetch (stale after a long
+        # stall): ask the broker for the end offsets before closing every open minute
+        ends = await self.app.consumer.highwaters(*assigned)
+        return all(self.next.get(tp, self.start.get(tp, 0)) >= ends.get(tp, 0) for tp in assigned)
+
+    async def _positions(self, tps: list[Any]) -> dict[Any, int]:
+        """Where Faust starts delivering partitions that have delivered nothing yet: the
+        group's committed offset (not below the log start), else the log start. Faust may
+        fetch a partition's records long before it delivers them, so the consumer's
+        position cannot tell."""
+        from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.structs import TopicPartition
+
+        admin = AIOKafkaAdminClient(**self.kafka.client_options())
+        await admin.start()
+        try:
+            committed = await admin.list_consumer_group_offsets(self.app.conf.id)
+        finally:
+            await admin.close()
+        earliest = await self.app.consumer.earliest_offsets(*tps)
+        out = {}
+        for tp in tps:
+            c = committed.get(TopicPartition(tp.topic, tp.partition))
+            start = earliest.get(tp, 0)
+            out[tp] = max(c.offset, start) if c is not None and c.offset >= 0 else start
+        return out
+
+    async def _start_offsets(self, tps: list[Any]) -> dict[Any, int]:
+        """Where reading starts: Faust's position, or past it what the state already holds."""
+        pos = await self._positions(tps)
+        return {
+            tp: max(p, resume_offset(self.skip.get(f"{tp.topic}:{tp.partition}", 0)))
+            for tp, p in pos.items()
+        }
+
+    async def checkpoint(self) -> None:
+        """Outputs acknowledged, then the state that includes them, then the acks."""
+        offsets = await self._store()
+        # ack strictly in offset order and only below each partition's resume point: Faust
+        # commits the first run of consecutive acked offsets, wherever it starts (with no
+        # commit yet), so one early ack (a dead letter) would commit past unread records
+        starts = {key: resume_offset(p) for key, p in offsets.items()}
+        keep = []
+        for ev in sorted(self.join.done, key=lambda e: (e.message.topic, e.message.offset)):
+            m = ev.message
+            if m.offset < starts.get(f"{m.topic}:{m.partition}", 0):
+                ev.ack()
+            else:
+                keep.append(ev)
+        self.join.done = keep
+        self.last_checkpoint = time.monotonic()
+
+    async def _store(self) -> dict[str, Any]:
+        """Outputs acknowledged, then the state that includes them; returns its offsets."""
+        await self.pub.flush()
+        offsets = self._resume_points()
+        # written to the table's changelog by our own producer and awaited: Faust's table
+        # writes are queued in its producer buffer, and a SIGKILL showed Faust committing
+        # offsets whose state had not reached the changelog. Faust still recovers the
+        # table from this topic on start (the restore reads it back from there).
+        topic = self.table.changelog_topic.get_topic_name()
+        for key, value in self.join.snapshot(offsets):
+            await self.pub.send_raw(topic, key, value)
+        await self.pub.flush()
+        self.join.snapshot_stored()
+        return offsets
+
+    def _resume_points(self) -> dict[str, Any]:
+        """This run's resume points, merged with the restored ones: a partition this run
+        has not yet read past the restored point keeps the restored point (with its
+        offsets taken above it) instead of moving back to this run's read position."""
+        points = dict(self.skip)
+        for key, p in self.join.resume_points(self.next).items():
+            if resume_offset(p) >= resume_offset(points.get(key, 0)):
+                points[key] = p
+        return points
+
+    async def tick(self) -> None:
+        """Every half second: checkpoint what the agent left, flush and stop when idle."""
+        if self.stopping:
+            return
+        if not self.ready:
+            # Faust's recovery "completed" flag is also set while the assignment is still
+            # empty, and a restore then finds an empty table (a SIGKILL test caught a
+            # restarted worker starting from nothing): restore here only once the inputs
+            # are assigned and their changelog read. Waiting for the agent's first batch
+            # instead hangs a worker with nothing left to read (killed right after a
+            # checkpoint that covered every input): it never flushes, never stops when idle.
+            if not self._recovered():
+                return
+            async with self.lock:
+                await self._ready()
+        async with self.lock:
+            if not self.ready:
+                return  # revoked while this tick waited for the lock: nothing to store
+            self.join.stats.last_poll = time.monotonic()
+            idle = time.monotonic() - self.last_input
+            if (
+                not self.flushed
+                and self.opts.idle_flush_s is not None
+                and idle >= self.opts.idle_flush_s
+                and await self._caught_up()
+            ):
+                await self.join.flush_all()
+                self.flushed = True
+                await self.checkpoint()
+            elif self._checkpoint_due():
+                await self.checkpoint()
+            timeout = self.opts.idle_timeout_s
+            if timeout is not None and self.flushed and idle >= timeout:
+                self.stopping = True
+                await self.app.consumer.commit()
+                log.info("idle for %.1f s: stopping", idle)
+                _stop_worker(self.app)
+
+
+def _stop_worker(app: faust.App) -> None:
+    # the same path as Ctrl-C / SIGTERM: the Faust worker stops its services in order
+    os.kill(os.getpid(), signal.SIGTERM)
