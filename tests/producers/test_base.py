@@ -110,11 +110,17 @@ def test_signal_shuts_down_cleanly_with_a_flush(tmp_path: Path, sig: signal.Sign
         text=True,
         env={**os.environ, "PYTHONPATH": str(root)},
     )
-    deadline = time.monotonic() + 30
-    while (not out.exists() or len(lines(out)) < 4) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 30
+        # count finished lines only: the producer may be half-way through writing one
+        while (not out.exists() or out.read_text().count("\n") < 4) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 0, stderr
     sent = int(stdout.split()[1])
     assert sent >= 4 and len(lines(out)) == sent
