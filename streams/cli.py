@@ -27,7 +27,7 @@ def register(sub: Any, cmd: Cmd) -> None:
         default="faust",
         help="faust (default: the Faust app, state in a changelog table, workers share the "
         "partitions of a group) or asyncio (a plain aiokafka loop owning every partition: "
-        "one worker per group, about 1.7x the throughput)",
+        "one worker per group, 1.5-1.9x the throughput)",
     )
     w.add_argument(
         "--lateness", type=float, default=120.0, metavar="S", help="allowed lateness (seconds)"
