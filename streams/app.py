@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from typing import Any
 
 import faust
@@ -95,7 +94,7 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
-        stale = time.monotonic() - runner.join.stats.last_poll > 60
+        stale = runner.join.stats.stale()
         return web.text("stalled\n" if stale else "ok\n", status=503 if stale else 200)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]

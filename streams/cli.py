@@ -59,6 +59,13 @@ def register(sub: Any, cmd: Cmd) -> None:
         help="seconds between state snapshots + offset commits",
     )
     w.add_argument(
+        "--healthz-stale",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="/healthz answers 503 after S seconds without a poll (default 60)",
+    )
+    w.add_argument(
         "--http",
         default="127.0.0.1:6066",
         metavar="HOST:PORT",
@@ -95,6 +102,7 @@ def _worker(args: argparse.Namespace) -> int:
             idle_flush_s=args.idle_flush,
             idle_timeout_s=args.idle_timeout,
             web=web,
+            healthz_stale_s=args.healthz_stale,
         )
         join = run(settings, opts, loglevel=settings.log_level).join
     else:
@@ -126,6 +134,7 @@ async def _asyncio_worker(
             max_records=args.max_records,
             commit_interval_s=args.commit_interval,
         )
+        worker.stats.stale_after_s = args.healthz_stale
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop.set)

@@ -48,6 +48,7 @@ class AppOptions:
     #: a killed worker's partitions move to its successor after this long (Faust's default
     #: of 60 s would stall a restarted worker that long)
     session_timeout_s: float = 10.0
+    healthz_stale_s: float = 60.0
 
 
 class Runner:
@@ -59,6 +60,7 @@ class Runner:
         self.opts = opts
         self.pub = KafkaPublisher(kafka)
         self.join = Join(self.pub, kafka.topic_prefix, opts.config)
+        self.join.stats.stale_after_s = opts.healthz_stale_s
         self.inputs = {t.qualified(kafka.topic_prefix) for t in INPUTS}
         self.table: Any = None
         self.lock = asyncio.Lock()
@@ -295,6 +297,9 @@ class Runner:
         if self.stopping:
             return
         if not self.ready:
+            # alive, waiting for inputs (a second worker of a group may wait for good) or for
+            # their recovery: /healthz must not call that stalled
+            self.join.stats.last_poll = time.monotonic()
             # Faust's recovery "completed" flag is also set while the assignment is still
             # empty, and a restore then finds an empty table (a SIGKILL test caught a
             # restarted worker starting from nothing): restore here only once the inputs

@@ -46,6 +46,11 @@ class WorkerStats:
     open_minutes: int = 0
     core: dict[str, int] = field(default_factory=dict)
     snapshot_s: float = 0.0  # how long building the last snapshot took
+    #: /healthz answers 503 once the worker has not polled for this long
+    stale_after_s: float = 60.0
+
+    def stale(self) -> bool:
+        return time.monotonic() - self.last_poll > self.stale_after_s
 
     def prometheus(self, dead: Counter[str], lag: dict[str, int] | None = None) -> str:
         up = time.monotonic() - self.started

@@ -238,7 +238,7 @@ async def serve_http(worker: Worker, host: str, port: int) -> asyncio.AbstractSe
             while (await reader.readline()) not in (b"\r\n", b"\n", b""):
                 pass
             path = line.split(" ")[1] if " " in line else "/"
-            stale = time.monotonic() - worker.stats.last_poll > 60
+            stale = worker.stats.stale()
             if path.startswith("/metrics"):
                 status, body = "200 OK", worker.stats.prometheus(worker.dl.counts, worker.lag())
             elif path.startswith("/healthz"):

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -194,6 +195,9 @@ def test_faust_worker_rebalanced_gives_the_same_totals_and_alerts(
     subprocess.run([*sim, "--truth", str(truth)], env=env, timeout=300, check=True)
     base = [*GPUGAP, "worker", "--engine", "faust", "--max-records", "50"]
     first_port, second_port = free_port(), free_port()
+    # a worker waiting for inputs (the group's second, or one in a rebalance) is alive: with
+    # a 4 s limit its /healthz would say "stalled" if that wait counted as not polling
+    base += ["--healthz-stale", "4"]
     first = subprocess.Popen([*base, "--http", f"127.0.0.1:{first_port}"], env=env)
     second = None
     try:
@@ -209,7 +213,12 @@ def test_faust_worker_rebalanced_gives_the_same_totals_and_alerts(
             ],
             env=env,
         )
-        time.sleep(10)  # the join's rebalance, and some work after it
+        health = []
+        for i in range(10):  # the join's rebalance, and some work after it
+            time.sleep(1)
+            if i >= 5:
+                health += [healthz(first_port), healthz(second_port)]
+        assert set(health) == {200}, health
         print(f"at the first worker's stop: {processed(first_port)} processed by it")
         first.terminate()  # a clean stop: another rebalance hands everything to the second
         assert first.wait(timeout=60) == 0
@@ -220,6 +229,16 @@ def test_faust_worker_rebalanced_gives_the_same_totals_and_alerts(
                 p.kill()
     asyncio.run(store(kafka, clickhouse))
     verify(clickhouse, json.loads(truth.read_text()), alerts_exactly_once=True)
+
+
+def healthz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0
 
 
 def processed(port: int) -> int:
