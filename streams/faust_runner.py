@@ -69,7 +69,6 @@ class Runner:
         self.skip: dict[str, Any] = {}  # "topic:partition" -> what the state already holds
         self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
         self.expect: dict[Any, int] = {}  # partition -> the offset Faust must deliver next
-        #: partition -> (missing offset, when it was sought back to, how many times)
         self._filler: Any = None  # our own consumer for offsets Faust skipped
         self.last_input = time.monotonic()
         self.last_checkpoint = time.monotonic()
