@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpugap.demo_watch import create_topics, worker_metrics
+from gpugap.demo_watch import against_truth, create_topics, worker_metrics
 from gpugap.errors import ConfigError, ServiceError
 from gpugap.services.kafka import free_port
 from gpugap.settings import ClickHouseSettings, KafkaSettings, load
@@ -150,7 +150,8 @@ class Demo:
             self._say(f"replaying scenario {self.opts.scenario!r} live at {speed:,.0f}x")
             self._spawn("simulate", sim, env)
         self._progress(ch, metrics, until_done=True)
-        window = json.loads(truth.read_text())["window"] if truth.exists() else None
+        truth_data = json.loads(truth.read_text()) if truth.exists() else None
+        window = truth_data["window"] if truth_data else None
         # the scenario's window: allocations that began before it hold GPUs with no
         # telemetry yet (stored as unmeasured), which is not what the demo is about
         since = until = None
@@ -161,7 +162,9 @@ class Demo:
         print(render(report, "table"))
         if self.opts.save_report:
             self.opts.save_report.write_text(render(report, "json"))
-        if window:
+        if truth_data:
+            print()
+            print(against_truth(report.breakdown, truth_data))
             self._say(f"ground truth of the scenario: {truth}")
         self._where(url, ch)
         self._hold()

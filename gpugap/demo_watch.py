@@ -138,3 +138,17 @@ def create_topics(kafka: KafkaSettings, group: str) -> None:
             await admin.close()
 
     asyncio.run(create())
+
+
+def against_truth(breakdown: list[Any], truth: dict[str, Any]) -> str:
+    """The report's GPU-hours per class beside the simulator's ground truth, as lines."""
+    got = {g.key: g for g in breakdown}
+    lines = ["Against the scenario's ground truth (GPU-hours; stored vs simulated)"]
+    for cls, want in sorted(truth["by_class"].items()):
+        g = got.get(cls)
+        for kind in ("allocated", "consumed"):
+            w = want[f"{kind}_gpu_s"] / 3600
+            v = getattr(g, f"{kind}_gpu_h") if g is not None else 0.0
+            dev = f"{(v - w) / w * 100:+.4f} %" if w else "-"
+            lines.append(f"  {cls:12s} {kind:9s} {v:14,.2f} {w:14,.2f}  {dev}")
+    return "\n".join(lines)

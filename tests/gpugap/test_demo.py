@@ -67,6 +67,7 @@ def test_demo_report_equals_the_ground_truth_and_stops_everything(tmp_path: Path
     stdout = "".join(out) + rest
     assert demo.returncode == 0, stdout[-3000:]
     assert "Gap by class" in stdout and "ClickHouse answers at" in stdout
+    assert "Against the scenario's ground truth" in stdout
     assert "stopped everything the demo started" in stdout
     assert "ERROR" not in stdout, stdout[-3000:]
     t, r = json.loads(truth.read_text()), json.loads(report.read_text())

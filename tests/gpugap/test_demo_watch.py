@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpugap.demo_watch import Watch
+from gpugap.demo_watch import Watch, against_truth
 from gpugap.settings import KafkaSettings
 from tests.conftest import create_topics
 
@@ -52,3 +52,33 @@ def test_lag_is_end_offsets_minus_the_groups_commits(kafka: KafkaSettings) -> No
         assert watch.progress().lag["g-in"] == 0
     finally:
         watch.close()
+
+
+def test_against_truth_prints_each_class_beside_the_truth() -> None:
+    from gpugap.report.models import Gap
+
+    def gap(key: str, alloc: float, used: float) -> Gap:
+        return Gap(
+            key=key,
+            allocated_gpu_h=alloc,
+            measured_gpu_h=alloc,
+            consumed_gpu_h=used,
+            gap_gpu_h=alloc - used,
+            gap_pct=None,
+            unmeasured_gpu_h=0.0,
+            idle_gpu_h=0.0,
+        )
+
+    truth = {
+        "by_class": {
+            "batch": {"allocated_gpu_s": 36_000.0, "consumed_gpu_s": 18_000.0},
+            "service": {"allocated_gpu_s": 7_200.0, "consumed_gpu_s": 0.0},
+        }
+    }
+    out = against_truth([gap("batch", 10.0, 4.5)], truth).splitlines()
+    # batch: 10 h allocated = the truth's 36,000 s; 4.5 h consumed vs 5 h is -10 %
+    assert out[1].split() == ["batch", "allocated", "10.00", "10.00", "+0.0000", "%"]
+    assert out[2].split() == ["batch", "consumed", "4.50", "5.00", "-10.0000", "%"]
+    # a class the report lacks counts as 0; a truth of 0 has no percentage
+    assert out[3].split() == ["service", "allocated", "0.00", "2.00", "-100.0000", "%"]
+    assert out[4].split() == ["service", "consumed", "0.00", "0.00", "-"]
