@@ -133,8 +133,8 @@ async def _asyncio_worker(
             idle_timeout_s=args.idle_timeout,
             max_records=args.max_records,
             commit_interval_s=args.commit_interval,
+            healthz_stale_s=args.healthz_stale,
         )
-        worker.stats.stale_after_s = args.healthz_stale
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop.set)

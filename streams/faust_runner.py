@@ -64,16 +64,20 @@ class Runner:
         self.inputs = {t.qualified(kafka.topic_prefix) for t in INPUTS}
         self.table: Any = None
         self.lock = asyncio.Lock()
-        self.start: dict[Any, int] = {}  # partition -> where reading started
-        self.ready = False
-        self.skip: dict[str, Any] = {}  # "topic:partition" -> what the state already holds
-        self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
-        self.expect: dict[Any, int] = {}  # partition -> the offset Faust must deliver next
         self._filler: Any = None  # our own consumer for offsets Faust skipped
         self.last_input = time.monotonic()
         self.last_checkpoint = time.monotonic()
-        self.flushed = True
         self.stopping = False
+        self._forget()
+
+    def _forget(self) -> None:
+        """No state and no positions: what a worker holds before an assignment's restore."""
+        self.ready = False
+        self.flushed = True
+        self.start: dict[Any, int] = {}  # partition -> where reading started
+        self.skip: dict[str, Any] = {}  # "topic:partition" -> what the state already holds
+        self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
+        self.expect: dict[Any, int] = {}  # partition -> the offset Faust must deliver next
 
     async def _ready(self) -> None:
         if self.ready:
@@ -115,10 +119,7 @@ class Runner:
             stats, dl = self.join.stats, self.join.dl
             self.join = Join(self.pub, self.kafka.topic_prefix, self.opts.config)
             self.join.stats, self.join.dl = stats, dl
-            self.ready, self.flushed = False, True
-            self.skip = {}
-            for d in (self.start, self.next, self.expect):
-                d.clear()
+            self._forget()
             log.info("input partitions revoked: state stored, will restore on assignment")
 
     async def on_batch(self, events: list[Any]) -> None:

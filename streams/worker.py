@@ -44,11 +44,13 @@ class Worker:
         idle_timeout_s: float | None = None,
         max_records: int = 5000,
         commit_interval_s: float = 1.0,
+        healthz_stale_s: float = 60.0,
     ) -> None:
         self.kafka = kafka
         self.pub = publisher
         self.group = group
         self.join = Join(publisher, kafka.topic_prefix, config)
+        self.join.stats.stale_after_s = healthz_stale_s
         self.idle_flush_s = idle_flush_s
         self.idle_timeout_s = idle_timeout_s
         self.max_records = max_records
