@@ -84,6 +84,7 @@ def _clickhouse_serve(args: argparse.Namespace) -> int:
         args.host or svc.clickhouse_host,
         args.port or svc.clickhouse_port,
         users_from(settings.clickhouse),
+        insecure_no_password=args.insecure_no_password,
     )
     return 0
 
@@ -266,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per 
     serve.add_argument("--path", help="data directory (persistent)")
     serve.add_argument("--host", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default 8123)")
+    serve.add_argument(
+        "--insecure-no-password",
+        action="store_true",
+        help="listen beyond loopback although a user has no password: anyone who reaches the "
+        "address can then read and change the warehouse",
+    )
 
     db = sub.add_parser("db", help="the warehouse schema")
     db_sub = db.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -1,72 +1,196 @@
-"""Request bodies as a stream of decompressed chunks, so a large INSERT is parsed by the
-engine while it is still arriving instead of after it was buffered and decompressed whole."""
+"""Request bodies as a stream of decompressed chunks, each bounded in size, read with a timeout
+and counted against a limit, so neither a huge body, a slow one nor a decompression bomb can hold
+memory or a slot: a large INSERT is parsed by the engine while it is still arriving."""
 
 from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Executor
+from typing import Any, Protocol
 
-import cramjam
 from aiohttp import web
 
 from .engine import EngineError
 
-CHUNK = 1 << 20
-# whole-body codecs: fine for the sizes that use them (clickhouse-connect defaults to lz4)
-WHOLE = {"br": cramjam.brotli, "zstd": cramjam.zstd}
+CHUNK = 1 << 20  # raw bytes per read, and decompressed bytes per step
 
 
-def _streaming(encoding: str) -> Any:
+class TooLarge(EngineError):
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(
+            f"{what} is larger than {limit} bytes (the endpoint's limit; see "
+            "GPUGAP_CLICKHOUSE_SERVE_MAX_QUERY_BYTES / _MAX_INSERT_BYTES)",
+            62 if "query" in what else 241,
+            "SYNTAX_ERROR" if "query" in what else "MEMORY_LIMIT_EXCEEDED",
+        )
+        self.status = 413
+
+
+class _Frames(Protocol):  # the decompressors, behind one face
+    @property
+    def eof(self) -> bool: ...
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def step(self, data: bytes) -> bytes: ...
+    def more(self) -> bool: ...
+
+
+class _Zlib:
+    def __init__(self, wbits: int) -> None:
+        self._d = zlib.decompressobj(wbits)
+
+    @property
+    def eof(self) -> bool:
+        return self._d.eof
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._d.unused_data
+
+    def step(self, data: bytes) -> bytes:
+        return self._d.decompress(self._d.unconsumed_tail + data, CHUNK)
+
+    def more(self) -> bool:
+        return bool(self._d.unconsumed_tail) and not self._d.eof
+
+
+class _Std:  # lz4.frame and backports.zstd share the bz2/lzma interface
+    def __init__(self, d: Any) -> None:
+        self._d = d
+
+    @property
+    def eof(self) -> bool:
+        return bool(self._d.eof)
+
+    @property
+    def unused_data(self) -> bytes:
+        return bytes(self._d.unused_data or b"")
+
+    def step(self, data: bytes) -> bytes:
+        return bytes(self._d.decompress(data, CHUNK))
+
+    def more(self) -> bool:
+        return not self._d.needs_input and not self._d.eof
+
+
+class _Brotli:
+    def __init__(self) -> None:
+        import brotli
+
+        self._d = brotli.Decompressor()
+
+    @property
+    def unused_data(self) -> bytes:
+        return b""
+
+    @property
+    def eof(self) -> bool:
+        return bool(self._d.is_finished())
+
+    def step(self, data: bytes) -> bytes:
+        return bytes(self._d.process(data, output_buffer_limit=CHUNK))
+
+    def more(self) -> bool:
+        return not self._d.can_accept_more_data() and not self._d.is_finished()
+
+
+def _factory(encoding: str) -> Callable[[], _Frames] | None:
+    if encoding == "gzip":
+        return lambda: _Zlib(16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return lambda: _Zlib(zlib.MAX_WBITS)
     if encoding == "lz4":
         import lz4.frame
 
-        return lz4.frame.LZ4FrameDecompressor()
-    if encoding == "gzip":
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if encoding == "deflate":
-        return zlib.decompressobj()
+        return lambda: _Std(lz4.frame.LZ4FrameDecompressor())
+    if encoding == "zstd":
+        from backports import zstd
+
+        return lambda: _Std(zstd.ZstdDecompressor())
+    if encoding == "br":
+        return _Brotli
     return None
 
 
-async def chunks(request: web.Request) -> AsyncIterator[bytes]:
-    encoding = request.headers.get("Content-Encoding", "").strip().lower()
-    raw = request.content.iter_chunked(CHUNK)
-    if not encoding or encoding == "identity":
-        async for chunk in raw:
-            yield chunk
-        return
-    try:
-        if encoding in WHOLE:
-            data = b"".join([c async for c in raw])
-            if data:
-                yield bytes(WHOLE[encoding].decompress(data))
-            return
-        decoder = _streaming(encoding)
-        if decoder is None:
+class Inflater:
+    """One body's decoder: bytes in, pieces of at most ~CHUNK bytes out. A body may be several
+    frames (clickhouse-connect compresses block by block) or gzip members back to back."""
+
+    def __init__(self, encoding: str) -> None:
+        make = _factory(encoding)
+        if make is None:
             raise EngineError(f"Unknown HTTP content encoding: {encoding}", 48, "NOT_IMPLEMENTED")
-        loop = asyncio.get_running_loop()
-        fed = False  # the current frame has input: it must end before the body does
-        async for chunk in raw:
-            data = chunk
-            # a body may be several frames (clickhouse-connect compresses block by block) or
-            # gzip members back to back: each one ends, the next starts on the leftover bytes
-            while data:
-                # in a worker thread: the previous chunk is being parsed by the engine in
-                # another one meanwhile (both release the GIL), the loop keeps receiving
-                out = await loop.run_in_executor(None, decoder.decompress, data)
-                fed = True
-                if out:
-                    yield out
-                if not decoder.eof:
-                    break
-                data = decoder.unused_data
-                decoder, fed = _streaming(encoding), False
-        if fed and not decoder.eof:
+        self.encoding, self._make = encoding, make
+        self._d = make()
+        self._fed = False  # the current frame has input: it must end before the body does
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while data or self._d.more():
+            out = self._d.step(data)
+            self._fed = self._fed or bool(data)
+            data = b""
+            if out:
+                yield out
+            if self._d.eof:
+                data = self._d.unused_data
+                self._d, self._fed = self._make(), False
+
+    def close(self) -> None:
+        if self._fed and not self._d.eof:
             raise EngineError(
-                f"The {encoding} request body ends inside a frame (truncated)", 432, "UNKNOWN_CODEC"
+                f"The {self.encoding} request body ends inside a frame (truncated)",
+                432,
+                "UNKNOWN_CODEC",
             )
+
+
+async def chunks(
+    request: web.BaseRequest,
+    *,
+    limit: int,
+    what: str,
+    timeout_s: float,
+    executor: Executor | None = None,
+) -> AsyncIterator[bytes]:
+    """The decompressed body, chunk by chunk; TooLarge past ``limit`` bytes (decompressed), a
+    timeout when the client sends nothing for ``timeout_s``."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    inflater = None if encoding in ("", "identity") else Inflater(encoding)
+    loop = asyncio.get_running_loop()
+    raw = request.content
+    total = 0
+    try:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(raw.read(CHUNK), timeout_s)
+            except TimeoutError:
+                raise EngineError(
+                    f"Timeout exceeded while reading the request body ({timeout_s:g} s without "
+                    "data; GPUGAP_CLICKHOUSE_SERVE_RECEIVE_TIMEOUT_S)",
+                    209,
+                    "SOCKET_TIMEOUT",
+                ) from None
+            if not chunk:
+                break
+            if inflater is None:
+                total += len(chunk)
+                if total > limit:
+                    raise TooLarge(what, limit)
+                yield chunk
+                continue
+            # piece by piece, off the event loop (decompression is CPU work and releases the
+            # GIL): a bomb never has more than one piece in memory before the limit stops it
+            pieces = inflater.feed(chunk)
+            while (piece := await loop.run_in_executor(executor, next, pieces, None)) is not None:
+                total += len(piece)
+                if total > limit:
+                    raise TooLarge(what, limit)
+                yield piece
+        if inflater is not None:
+            inflater.close()
     except EngineError:
         raise
     except Exception as exc:
@@ -75,7 +199,7 @@ async def chunks(request: web.Request) -> AsyncIterator[bytes]:
         ) from None
 
 
-async def head(stream: AsyncIterator[bytes], limit: int = 65536) -> bytes:
+async def head(stream: AsyncIterator[bytes], limit: int) -> bytes:
     """At least ``limit`` bytes from the stream (all of it if shorter)."""
     buf = bytearray()
     while len(buf) < limit:

@@ -1,13 +1,16 @@
-"""The ClickHouse engine in-process (chDB), one statement at a time.
+"""The ClickHouse engine in-process (chDB): a fresh connection for every request.
 
-chDB runs queries of one connection one after another anyway; the lock makes each request's
-settings (``SET`` before, ``SET ... = DEFAULT`` after) and current database its own, so
-concurrent requests never see each other's settings and every reader sees a table either
-before or after an insert, never half of one (MergeTree inserts are atomic per part).
+chDB 4 runs queries of different connections in parallel, and a connection's settings, current
+database and temporary tables are its own. So each request gets a connection of its own (0.2 ms
+to open), with its settings applied and, for a reader, engine-level ``readonly=1`` set last;
+it is closed after the request. Nothing one request sets can reach another, a slow query holds
+only its own connection, and no reset can fail halfway. The engine's configuration (limits.py)
+bounds every query and leaves host sources ungranted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -18,13 +21,17 @@ from typing import Any
 
 _CODE = re.compile(r"Code: (\d+)\.")
 _NAME = re.compile(r"\(([A-Z_]+)\)\s*$")
+# the engine quotes our own wrapper query in its errors: not the client's business
+_SCOPE = re.compile(r"(?::|\.)?\s*In scope SELECT formatQuerySingleLine\(.*\)\.", re.DOTALL)
 
 
 class EngineError(Exception):
     """A ClickHouse exception: numeric code, name and ClickHouse's own message."""
 
+    status: int | None = None  # an HTTP status other than ClickHouse's mapping of the code
+
     def __init__(self, message: str, code: int | None = None, name: str | None = None) -> None:
-        message = message.strip()
+        message = _SCOPE.sub(".", message.strip())
         found = _CODE.search(message)
         self.code = code if code is not None else int(found.group(1)) if found else 1001
         named = _NAME.search(message)
@@ -48,26 +55,55 @@ class Outcome:
 
 
 class Engine:
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, config: Path | None = None) -> None:
         import chdb
 
+        self._chdb = chdb
         self.path = path
         if path is not None:
             path.mkdir(parents=True, exist_ok=True)
-        self._conn = chdb.connect(str(path) if path is not None else ":memory:")
-        self._lock = threading.Lock()
-        self.version = self._run("SELECT version()", "TabSeparated").data.decode().strip()
+            if re.search(r"[?&#%]", str(path)):
+                raise EngineError(f"the data path may not contain ?, &, # or %: {path}", 36)
+        where = f"file:{path}" if path is not None else ":memory:"
+        self._dsn = f"{where}?config-file={config}" if config is not None else where
+        # the engine lives while one connection is open: this one, also used to cancel queries
+        self._keeper = self.connect()
+        self._keeper_lock = threading.Lock()
+        self.version = self._keeper.query("SELECT version()").data.decode().strip()
+        names = self._keeper.query("SELECT name FROM system.table_functions", "TSVRaw")
+        self.table_functions = frozenset(names.data.decode().split())
+        self.baseline = self._keeper.changed_settings()
+
+    def connect(self) -> Connection:
+        return Connection(self._chdb.connect(self._dsn))
+
+    def kill(self, marker: str) -> None:
+        """Cancel the query (on any connection) whose log_comment is ``marker``."""
+        with self._keeper_lock, contextlib.suppress(EngineError):  # it may have ended meanwhile
+            self._keeper.query(
+                "KILL QUERY WHERE Settings['log_comment'] = {m:String} ASYNC",
+                params={"m": marker},
+            )
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        with self._keeper_lock:
+            self._keeper.close()
 
-    def _run(self, sql: str, fmt: str, params: Mapping[str, str] | None = None) -> Outcome:
+
+class Connection:
+    """One engine connection: settings, database and temporary tables of its own."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def query(
+        self, sql: str, fmt: str = "TabSeparated", params: Mapping[str, str] | None = None
+    ) -> Outcome:
         started = time.perf_counter()
         try:
             res = self._conn._conn.query(sql, fmt, params=dict(params or {}))
         except Exception as exc:  # chDB raises RuntimeError/ChdbError carrying ClickHouse's text
-            raise EngineError(str(exc)) from None
+            raise EngineError(_strip_wrapper(str(exc))) from None
         if res.has_error():
             raise EngineError(res.error_message())
         data = res.bytes() or b""
@@ -80,73 +116,48 @@ class Engine:
             elapsed_s=time.perf_counter() - started,
         )
 
-    def _with_context(self, database: str | None, settings: Mapping[str, str]) -> list[str]:
-        applied: list[str] = []
+    def normalize(self, text: str) -> str:
+        """The engine's one-line rendering of ``text`` (a second statement is a syntax error)."""
+        one = self.query(
+            "SELECT formatQuerySingleLine({q:String})", "TSVRaw", {"q": _escaped(text)}
+        )
+        return one.data.decode().rstrip("\n")
+
+    def explain(self, normalized: str, params: Mapping[str, str] | None = None) -> str:
+        """The engine's syntax tree of one normalized statement."""
+        return self.query(f"EXPLAIN AST {normalized}", "TSVRaw", params).data.decode()
+
+    def apply(self, settings: Mapping[str, str]) -> None:
+        """SET each setting; values are literals (quoted by the caller)."""
+        if settings:
+            pairs = ", ".join(f"{_ident(k)} = {v}" for k, v in settings.items())
+            self.query(f"SET {pairs}")
+
+    def use(self, database: str) -> None:
+        self.query(f"USE {_ident(database)}")
+
+    def changed_settings(self) -> dict[str, str]:
+        out = self.query("SELECT name, value FROM system.settings WHERE changed", "TSVRaw")
+        rows = (line.split("\t", 1) for line in out.data.decode().splitlines() if "\t" in line)
+        return {name: value for name, value in rows}
+
+    def begin_insert(self, statement: str, fmt: str) -> Insert:
+        """Start ``INSERT INTO t (cols)`` with data in ``fmt``."""
         try:
-            if database:
-                self._run(f"USE {_ident(database)}", "TabSeparated")
-            for name, value in settings.items():
-                self._run(f"SET {_ident(name)} = {value}", "TabSeparated")
-                applied.append(name)
-        except BaseException:
-            self._reset(database, applied)
-            raise
-        return applied
+            inserter = self._conn.send_insert(statement, fmt)
+        except Exception as exc:
+            raise EngineError(_strip_wrapper(str(exc))) from None
+        return Insert(inserter)
 
-    def _reset(self, database: str | None, applied: list[str]) -> None:
-        for name in applied:
-            self._run(f"SET {_ident(name)} = DEFAULT", "TabSeparated")
-        if database:
-            self._run("USE default", "TabSeparated")
-
-    def query(
-        self,
-        sql: str,
-        fmt: str,
-        *,
-        database: str | None = None,
-        settings: Mapping[str, str] | None = None,
-        params: Mapping[str, str] | None = None,
-    ) -> Outcome:
-        with self._lock:
-            applied = self._with_context(database, settings or {})
-            try:
-                return self._run(sql, fmt, params)
-            finally:
-                self._reset(database, applied)
-
-    def begin_insert(
-        self,
-        statement: str,
-        fmt: str,
-        *,
-        database: str | None = None,
-        settings: Mapping[str, str] | None = None,
-    ) -> Insert:
-        """Start ``INSERT INTO t (cols)`` with data in ``fmt``; holds the engine until the
-        returned Insert is finished or cancelled (from any thread)."""
-        self._lock.acquire()
-        try:
-            applied = self._with_context(database, settings or {})
-            try:
-                inserter = self._conn.send_insert(statement, fmt)
-            except Exception as exc:
-                self._reset(database, applied)
-                raise EngineError(_strip_wrapper(str(exc))) from None
-        except BaseException:
-            self._lock.release()
-            raise
-        return Insert(self, inserter, database, applied)
+    def close(self) -> None:
+        self._conn.close()
 
 
 class Insert:
     """One streaming INSERT: append chunks, then finish (all rows land) or cancel (none)."""
 
-    def __init__(
-        self, engine: Engine, inserter: Any, database: str | None, applied: list[str]
-    ) -> None:
-        self._engine, self._inserter = engine, inserter
-        self._database, self._applied = database, applied
+    def __init__(self, inserter: Any) -> None:
+        self._inserter = inserter
         self._started = time.perf_counter()
         self._open = True
         # append/finish/cancel may come from different threads: one at a time, so a cancel
@@ -164,12 +175,11 @@ class Insert:
 
     def finish(self) -> Outcome:
         with self._mutex:
+            self._open = False
             try:
                 result = self._inserter.finish()
             except Exception as exc:
                 raise EngineError(_strip_wrapper(str(exc))) from None
-            finally:
-                self._release()
         return Outcome(
             rows_written=result.rows_written,
             bytes_written=result.bytes_written,
@@ -177,22 +187,19 @@ class Insert:
         )
 
     def cancel(self) -> None:
-        """Idempotent; always releases the engine, whatever state the insert is in."""
+        """Idempotent."""
         with self._mutex:
-            if not self._open:
-                return
-            try:
+            if self._open:
+                self._open = False
                 self._inserter.cancel()
-            finally:
-                self._release()
 
-    def _release(self) -> None:
-        if self._open:
-            self._open = False
-            try:
-                self._engine._reset(self._database, self._applied)
-            finally:
-                self._engine._lock.release()
+
+def _escaped(value: str) -> str:
+    """A query parameter's value is read in ClickHouse's escaped (TSV) form."""
+    return value.translate(_ESCAPES)
+
+
+_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"})
 
 
 def _strip_wrapper(message: str) -> str:

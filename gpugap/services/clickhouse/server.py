@@ -1,59 +1,54 @@
 """ClickHouse's HTTP interface in front of the in-process engine, close enough that unmodified
-clients (clickhouse-connect sync/async, curl, Grafana's and Superset's drivers) work."""
+clients (clickhouse-connect sync/async, curl, Grafana's and Superset's drivers) work.
+
+Who may do what is the engine's business (execute.py, policy.py, limits.py); this layer
+authenticates, bounds what a request may take before the engine sees it (size, time, a slot),
+keeps sessions per (user, session_id) and answers in ClickHouse's words."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import hmac
+import ipaddress
 import json
 import logging
+import re
 import signal
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import cramjam
 import lz4.frame
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
-from . import body
-from . import sql as q
+from gpugap.errors import ConfigError
+
+from . import body, policy
 from .engine import Engine, EngineError, Outcome
+from .execute import Call, Execution, Result
+from .limits import EndpointLimits, write_engine_config
 
 log = logging.getLogger(__name__)
 
 # URL parameters that steer the HTTP layer rather than being engine settings.
 TRANSPORT_PARAMS = frozenset(
     {
-        "query",
-        "database",
-        "default_format",
-        "session_id",
-        "session_timeout",
-        "session_check",
-        "query_id",
-        "user",
-        "password",
-        "quota_key",
-        "compress",
-        "decompress",
-        "enable_http_compression",
-        "http_zlib_compression_level",
-        "wait_end_of_query",
-        "send_progress_in_http_headers",
-        "http_headers_progress_interval_ms",
-        "client_protocol_version",
-        "buffer_size",
-        "cancel_http_readonly_queries_on_client_close",
-        "readonly",
-        "role",
-        "http_response_buffer_size",
-        "http_wait_end_of_query",
+        "query", "database", "default_format", "session_id", "session_timeout", "session_check",
+        "query_id", "user", "password", "quota_key", "compress", "decompress",
+        "enable_http_compression", "http_zlib_compression_level", "wait_end_of_query",
+        "send_progress_in_http_headers", "http_headers_progress_interval_ms",
+        "client_protocol_version", "buffer_size", "cancel_http_readonly_queries_on_client_close",
+        "readonly", "role", "http_response_buffer_size", "http_wait_end_of_query",
         "default_session_timeout",
     }
-)
+)  # fmt: skip
 CONTENT_TYPES = {
     "JSON": "application/json; charset=UTF-8",
     "JSONCompact": "application/json; charset=UTF-8",
@@ -61,6 +56,9 @@ CONTENT_TYPES = {
     "CSV": "text/csv; charset=UTF-8",
     "CSVWithNames": "text/csv; charset=UTF-8",
 }
+BINARY_FORMATS = frozenset(
+    {"Native", "RowBinary", "Arrow", "Parquet", "ArrowStream", "RowBinaryWithNamesAndTypes"}
+)
 ENCODERS: dict[str, Callable[[bytes], bytes]] = {
     "gzip": lambda b: bytes(cramjam.gzip.compress(b)),
     "deflate": lambda b: bytes(cramjam.zlib.compress(b)),
@@ -68,35 +66,13 @@ ENCODERS: dict[str, Callable[[bytes], bytes]] = {
     "zstd": lambda b: bytes(cramjam.zstd.compress(b)),
     "lz4": lz4.frame.compress,  # several times faster than cramjam's lz4 here
 }
-MAX_SESSIONS = 10_000
 HTTP_STATUS = {  # ClickHouse's own mapping of exception codes to HTTP statuses
-    194: 401,
-    516: 401,
-    164: 403,
-    497: 403,
-    60: 404,
-    81: 404,
-    46: 404,
-    47: 404,
-    115: 404,
-    73: 404,
-    62: 400,
-    6: 400,
-    26: 400,
-    27: 400,
-    33: 400,
-    38: 400,
-    41: 400,
-    53: 400,
-    72: 400,
-    117: 400,
-    43: 400,
-    44: 400,
-    36: 400,
-    48: 501,
-    159: 408,
-    202: 503,
-}
+    194: 401, 516: 401, 164: 403, 497: 403, 564: 403, 60: 404, 81: 404, 46: 404, 47: 404,
+    115: 404, 73: 404, 62: 400, 6: 400, 26: 400, 27: 400, 33: 400, 38: 400, 41: 400, 53: 400,
+    72: 400, 117: 400, 43: 400, 44: 400, 36: 400, 452: 400, 48: 501, 159: 408, 209: 408,
+    202: 503, 241: 500,
+}  # fmt: skip
+_SECRET_PARAM = re.compile(r"((?:^|[?&])(?:password|key)=)[^&]*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -107,12 +83,18 @@ class User:
 
 
 @dataclass
-class Endpoint:
-    engine: Engine
-    users: Mapping[str, User]
-    sessions: dict[str, dict[str, str]] = field(default_factory=dict)
+class Session:
+    settings: dict[str, str] = field(default_factory=dict)
+    used: float = field(default_factory=time.monotonic)
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+
+class Endpoint:
+    def __init__(self, engine: Engine, users: Mapping[str, User], limits: EndpointLimits) -> None:
+        self.engine, self.users, self.limits = engine, users, limits
+        self.sessions: OrderedDict[tuple[str, str], Session] = OrderedDict()
+        self._slots = asyncio.Semaphore(limits.max_concurrent_queries)
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         query_id = request.query.get("query_id") or str(uuid.uuid4())
         try:
             if request.path in ("/ping", "/ping/"):
@@ -122,12 +104,24 @@ class Endpoint:
             user = self._authenticate(request)
             if request.method == "GET" and not request.query.get("query"):
                 return web.Response(text="Ok.\n")
-            outcome, fmt = await self._execute(request, user)
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self.limits.queue_wait_s)
+            except TimeoutError:
+                raise EngineError(
+                    f"Too many simultaneous queries: all {self.limits.max_concurrent_queries} "
+                    f"slots stayed busy for {self.limits.queue_wait_s:g} s",
+                    202,
+                    "TOO_MANY_SIMULTANEOUS_QUERIES",
+                ) from None
+            try:
+                result = await self._execute(request, user, query_id)
+            finally:
+                self._slots.release()
         except EngineError as exc:
             return self._error(exc, query_id)
-        return self._respond(request, outcome, fmt, query_id)
+        return self._respond(request, result.outcome, result.fmt, query_id)
 
-    def _authenticate(self, request: web.Request) -> User:
+    def _authenticate(self, request: web.BaseRequest) -> User:
         name = request.headers.get("X-ClickHouse-User") or request.query.get("user")
         password = request.headers.get("X-ClickHouse-Key") or request.query.get("password") or ""
         auth = request.headers.get("Authorization", "")
@@ -149,7 +143,7 @@ class Endpoint:
             )
         return user
 
-    async def _execute(self, request: web.Request, user: User) -> tuple[Outcome, str | None]:
+    async def _execute(self, request: web.BaseRequest, user: User, query_id: str) -> Result:
         params = request.query
         if params.get("decompress") in ("1", "true"):
             raise EngineError(
@@ -158,119 +152,53 @@ class Endpoint:
                 48,
                 "NOT_IMPLEMENTED",
             )
-        database = params.get("database") or None
-        sid = params.get("session_id")
-        session = self.sessions.get(sid, {}) if sid else {}
-        settings = {
-            **session,
-            **{
-                k: _literal(v)
-                for k, v in params.items()
-                if k not in TRANSPORT_PARAMS and not k.startswith("param_")
-            },
-        }
-        bound = {k[6:]: v for k, v in params.items() if k.startswith("param_")}
         readonly = user.readonly or request.method == "GET" or params.get("readonly", "0") != "0"
-        loop = asyncio.get_running_loop()
-        url_query = params.get("query", "")
-        stream = body.chunks(request)
-
-        insert = q.insert_statement(url_query) if url_query else None
-        if insert is not None:  # query in the URL, data in the body
-            self._check(url_query, readonly)
-            out = await self._insert(
-                insert[0], insert[1], b"", rest=stream, database=database, settings=settings
-            )
-            return out, None
-        first = await body.head(stream)
-        inline = None if url_query else q.split_insert(first)
-        if inline is not None:  # 'INSERT ... FORMAT X' then the data, in the body
-            self._check(inline.statement, readonly)
-            out = await self._insert(
-                inline.statement,
-                inline.fmt,
-                inline.data,
-                rest=stream,
-                database=database,
-                settings=settings,
-            )
-            return out, None
-        data = first + b"".join([c async for c in stream])
-        text = f"{url_query}\n{data.decode()}" if url_query and data else url_query or data.decode()
-        self._check(text, readonly)
-        if q.first_keyword(text) == "SET":
-            await loop.run_in_executor(None, lambda: self._set(text, sid))
-            return Outcome(), None
-        out_fmt = q.trailing_format(text) or params.get("default_format") or "TabSeparated"
-        out = await loop.run_in_executor(
-            None,
-            lambda: self.engine.query(
-                q.strip_trailing_semicolon(text),
-                out_fmt,
-                database=database,
-                settings=settings,
-                params=bound,
+        if user.readonly and params.get("readonly") == "0":
+            policy.check_setting("readonly", reader=True)
+        settings: dict[str, str] = {}
+        for name, value in params.items():
+            if name not in TRANSPORT_PARAMS and not name.startswith("param_"):
+                policy.check_setting(name, reader=readonly)
+                settings[name] = _literal(value)
+        sid = params.get("session_id")
+        session = self._session(user.name, sid) if sid else None
+        call = Call(
+            readonly=readonly,
+            url_query=params.get("query", ""),
+            stream=body.chunks(
+                request,
+                limit=self.limits.max_insert_bytes,
+                what="the INSERT's data",
+                timeout_s=self.limits.receive_timeout_s,
             ),
+            database=params.get("database") or None,
+            settings={**(session.settings if session else {}), **settings},
+            params={k[6:]: v for k, v in params.items() if k.startswith("param_")},
+            default_format=params.get("default_format"),
+            marker=f"gpugap:{uuid.uuid4()}",
         )
-        returns_rows = q.first_keyword(text) in q.READ_KEYWORDS
-        return out, out_fmt if returns_rows else None
+        result = await Execution(self.engine, self.limits, call).run()
+        if result.set_settings and session is not None:
+            session.settings.update(result.set_settings)
+        return result
 
-    async def _insert(
-        self,
-        statement: str,
-        fmt: str,
-        first: bytes,
-        *,
-        rest: AsyncIterator[bytes],
-        database: str | None,
-        settings: Mapping[str, str],
-    ) -> Outcome:
-        """Stream the data into the engine while it arrives: the next chunk is read and
-        decompressed while the engine parses the previous one."""
-        loop = asyncio.get_running_loop()
-        ins = await loop.run_in_executor(
-            None,
-            lambda: self.engine.begin_insert(statement, fmt, database=database, settings=settings),
-        )
-        pending: asyncio.Future[None] | None = None
-        try:
-            if first:
-                pending = loop.run_in_executor(None, ins.append, first)
-            async for chunk in rest:
-                if pending is not None:
-                    await pending
-                pending = loop.run_in_executor(None, ins.append, chunk)
-            if pending is not None:
-                await pending
-                pending = None
-            return await loop.run_in_executor(None, ins.finish)
-        except BaseException:
-            # synchronous on purpose: even a cancelled request must hand the engine back
-            # (cancel waits for an append still in flight, then releases the lock)
-            ins.cancel()
-            if pending is not None:  # its error, if any, is this one's consequence
-                pending.add_done_callback(lambda f: f.cancelled() or f.exception())
-            raise
-
-    @staticmethod
-    def _check(text: str, readonly: bool) -> None:
-        if not text.strip():
-            raise EngineError("Empty query", 62, "SYNTAX_ERROR")
-        if q.is_multi_statement(text):
-            raise EngineError("Syntax error: Multi-statements are not allowed", 62, "SYNTAX_ERROR")
-        if readonly and q.first_keyword(text) not in q.READ_KEYWORDS | {"SET"}:
-            raise EngineError("Cannot execute query in readonly mode", 164, "READONLY")
-
-    def _set(self, text: str, sid: str | None) -> None:
-        pairs = dict(q.split_set(text))
-        self.engine.query("SELECT 1", "TabSeparated", settings=pairs)  # validates the names
-        if sid:  # like ClickHouse: a SET outside a session changes nothing after this request
-            if sid not in self.sessions and len(self.sessions) >= MAX_SESSIONS:
-                self.sessions.pop(next(iter(self.sessions)))  # the oldest session goes
-            self.sessions.setdefault(sid, {}).update(pairs)
+    def _session(self, user: str, sid: str) -> Session:
+        """Sessions belong to (user, id); idle ones end, the oldest goes when they are many."""
+        now = time.monotonic()
+        while self.sessions:
+            oldest = next(iter(self.sessions.values()))
+            if now - oldest.used < self.limits.session_timeout_s and len(self.sessions) < (
+                self.limits.max_sessions
+            ):
+                break
+            self.sessions.popitem(last=False)
+        session = self.sessions.pop((user, sid), None) or Session()
+        session.used = now
+        self.sessions[(user, sid)] = session
+        return session
 
     def _respond(
-        self, request: web.Request, out: Outcome, fmt: str | None, query_id: str
+        self, request: web.BaseRequest, out: Outcome, fmt: str | None, query_id: str
     ) -> web.Response:
         summary = {
             "read_rows": str(out.rows_read),
@@ -292,18 +220,7 @@ class Endpoint:
         if fmt is not None:
             headers["X-ClickHouse-Format"] = fmt
             content_type = CONTENT_TYPES.get(
-                fmt,
-                "application/octet-stream"
-                if fmt
-                in (
-                    "Native",
-                    "RowBinary",
-                    "Arrow",
-                    "Parquet",
-                    "ArrowStream",
-                    "RowBinaryWithNamesAndTypes",
-                )
-                else content_type,
+                fmt, "application/octet-stream" if fmt in BINARY_FORMATS else content_type
             )
         data = out.data
         if request.query.get("enable_http_compression") in ("1", "true") and data:
@@ -315,13 +232,15 @@ class Endpoint:
             if chosen:
                 data = ENCODERS[chosen](data)
                 headers["Content-Encoding"] = chosen
-        return _response(data, headers, content_type)
+        resp = web.Response(body=data, headers=headers)
+        resp.headers["Content-Type"] = content_type
+        return resp
 
     def _error(self, exc: EngineError, query_id: str) -> web.Response:
-        body = f"{exc.message} (version {self.engine.version})\n"
+        text = f"{exc.message} (version {self.engine.version})\n"
         return web.Response(
-            status=HTTP_STATUS.get(exc.code, 500),
-            text=body,
+            status=exc.status or HTTP_STATUS.get(exc.code, 500),
+            text=text,
             headers={
                 "X-ClickHouse-Exception-Code": str(exc.code),
                 "X-ClickHouse-Query-Id": query_id,
@@ -330,37 +249,88 @@ class Endpoint:
         )
 
 
-def _response(data: bytes, headers: dict[str, str], content_type: str) -> web.Response:
-    resp = web.Response(body=data, headers=headers)
-    resp.headers["Content-Type"] = content_type
-    return resp
+class AccessLog(AbstractAccessLogger):
+    """One line a request; passwords in the URL are masked."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        path = _SECRET_PARAM.sub(r"\1***", request.path_qs)
+        self.logger.info(
+            '%s "%s %s" %s %.3fs', request.remote, request.method, path, response.status, time
+        )
 
 
 def _literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def build_app(engine: Engine, users: Mapping[str, User]) -> web.Application:
-    endpoint = Endpoint(engine, users)
-    # bodies are decompressed here for every encoding ClickHouse accepts, aiohttp knows fewer
-    app = web.Application(client_max_size=4 << 30, handler_args={"auto_decompress": False})
-    app.router.add_route("*", "/{tail:.*}", endpoint.handle)
-    return app
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, users: Mapping[str, User], insecure: bool) -> None:
+    """A listener beyond loopback needs every user to have a password, unless told otherwise."""
+    open_users = sorted(u.name for u in users.values() if not u.password)
+    if is_loopback(host) or not open_users:
+        return
+    if insecure:
+        log.warning(
+            "listening on %s with no password for %s: anyone who reaches this address can "
+            "read and change the warehouse",
+            host,
+            ", ".join(open_users),
+        )
+        return
+    raise ConfigError(
+        f"refusing to listen on {host} without a password for {', '.join(open_users)}: anyone "
+        "who reaches that address could read and change the warehouse. Set "
+        "GPUGAP_CLICKHOUSE_PASSWORD (or _PASSWORD_FILE), listen on 127.0.0.1, or pass "
+        "--insecure-no-password if that is really wanted"
+    )
 
 
 def serve(
-    path: Path, host: str, port: int, users: Mapping[str, User], ready_file: Path | None = None
+    path: Path,
+    host: str,
+    port: int,
+    users: Mapping[str, User],
+    *,
+    ready_file: Path | None = None,
+    limits: EndpointLimits | None = None,
+    insecure_no_password: bool = False,
 ) -> None:
     """Run until SIGTERM/SIGINT; then stop accepting, finish requests, close the engine."""
-    engine = Engine(path)
+    limits = limits or EndpointLimits()
+    check_exposure(host, users, insecure_no_password)
+    engine = Engine(path, write_engine_config(path / "gpugap-engine", limits))
 
     async def main() -> None:
-        runner = web.AppRunner(build_app(engine, users), handle_signals=False)
+        loop = asyncio.get_running_loop()
+        # engine calls, decompression and checks run in threads: enough for every slot
+        executor = ThreadPoolExecutor(limits.max_concurrent_queries * 2 + 4, "clickhouse")
+        loop.set_default_executor(executor)
+        endpoint = Endpoint(engine, users, limits)
+        server = web.Server(
+            endpoint.handle,
+            handler_cancellation=True,  # a client that goes away cancels its query
+            # aiohttp's keep-alive timer also closes a connection whose request does not
+            # arrive in time: the bound on slow headers
+            keepalive_timeout=limits.receive_timeout_s,
+            max_line_size=limits.max_uri_bytes,
+            max_field_size=65536,
+            auto_decompress=False,  # bodies are decompressed, bounded, in body.py
+            access_log_class=AccessLog,
+            access_log=logging.getLogger("aiohttp.access"),
+        )
+        runner = web.ServerRunner(server, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         if ready_file is not None:
@@ -368,6 +338,7 @@ def serve(
         print(f"clickhouse endpoint: http://{host}:{port} (data in {path})", flush=True)
         await stop.wait()
         await runner.cleanup()
+        executor.shutdown(wait=True, cancel_futures=True)
 
     try:
         asyncio.run(main())

@@ -1,15 +1,15 @@
-"""Just enough SQL lexing for the HTTP layer: comments, quotes, statement boundaries, the
-leading keyword, a trailing FORMAT clause and where INSERT data starts. The engine parses the
-SQL itself; this only decides how a request is routed."""
+"""Just enough SQL lexing to route a request: comments, quotes, the leading keyword, a trailing
+FORMAT clause and where INSERT data starts. It decides nothing about privileges: the engine
+parses every statement that runs (policy.py), and INSERT data only ever reaches the engine's
+format parsers, never its SQL parser."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "EXISTS"})
 _FORMAT_AT_END = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9_]*)\s*;?\s*$", re.IGNORECASE)
-_INSERT_FORMAT = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9_]*)", re.IGNORECASE)
+_INSERT_FORMAT = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9_]*)|\b(VALUES)\b", re.IGNORECASE)
 
 
 def mask(sql: str) -> str:
@@ -46,12 +46,6 @@ def first_keyword(sql: str) -> str:
     return m.group(1).upper() if m else ""
 
 
-def is_multi_statement(sql: str) -> bool:
-    """True if text follows a ';' (ClickHouse's HTTP interface runs one statement a request)."""
-    masked = mask(sql).rstrip().rstrip(";").rstrip()
-    return ";" in masked
-
-
 def trailing_format(sql: str) -> str | None:
     m = _FORMAT_AT_END.search(mask(sql))
     return m.group(1) if m else None
@@ -72,14 +66,17 @@ class InsertWithData:
 
 
 def split_insert(text: bytes) -> InsertWithData | None:
-    """``INSERT ... FORMAT X\\n<data>`` in one body -> its parts; None for other statements
-    (``INSERT ... VALUES``/``SELECT`` run as plain queries)."""
+    """``INSERT ... FORMAT X\\n<data>`` or ``INSERT ... VALUES <data>`` in one body -> its
+    parts; None for other statements."""
     head = text[:65536].decode("utf-8", errors="replace")
     if first_keyword(head) != "INSERT":
         return None
     m = _INSERT_FORMAT.search(mask(head))
     if m is None:
         return None
+    if m.group(2):  # VALUES: the data starts right after the keyword
+        data = text[len(head[: m.end()].encode()) :]
+        return InsertWithData(head[: m.start()].strip(), "Values", data)
     # ClickHouse's rule: data starts after the first newline that follows the format name,
     # or, if data follows on the same line, at its first non-blank byte.
     pos = len(head[: m.end()].encode())
@@ -96,23 +93,6 @@ def insert_statement(sql: str) -> tuple[str, str] | None:
     if first_keyword(sql) != "INSERT":
         return None
     m = _INSERT_FORMAT.search(mask(sql))
-    if m is None:
+    if m is None or sql[m.end() :].strip():
         return None
-    return sql[: m.start()].strip(), m.group(1)
-
-
-def split_set(sql: str) -> list[tuple[str, str]]:
-    """``SET a = 1, b = 'x'`` -> [('a', '1'), ('b', "'x'")]."""
-    body = strip_trailing_semicolon(sql)
-    masked = mask(body)
-    m = re.match(r"\s*SET\s+", masked, re.IGNORECASE)
-    if m is None:
-        return []
-    pairs, start = [], m.end()
-    for end in [i for i, ch in enumerate(masked) if ch == "," and i > start] + [len(body)]:
-        part = body[start:end]
-        name, _, value = part.partition("=")
-        if name.strip():
-            pairs.append((name.strip(), value.strip() or "1"))
-        start = end + 1
-    return pairs
+    return sql[: m.start()].strip(), m.group(1) or "Values"

@@ -1,0 +1,168 @@
+"""One request on one engine connection of its own: the engine reads the statement, the checks
+refuse host access, the settings are applied, a reader's connection is made read-only by the
+engine, then the statement runs (or the INSERT streams its data into the engine)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from . import body, policy
+from . import sql as q
+from .engine import Connection, Engine, EngineError, Insert, Outcome
+from .limits import EndpointLimits
+
+T = TypeVar("T")
+
+
+@dataclass
+class Call:
+    """What the HTTP layer hands over: who, what, and in which context."""
+
+    readonly: bool
+    url_query: str
+    stream: AsyncIterator[bytes]
+    database: str | None
+    settings: Mapping[str, str]  # checked names, literal values
+    params: Mapping[str, str]  # query parameters {name:Type}
+    default_format: str | None
+    marker: str  # the connection's log_comment: how a cancel finds its query
+
+
+@dataclass
+class Result:
+    outcome: Outcome
+    fmt: str | None  # the output format, for statements that return rows
+    set_settings: dict[str, str] | None = None  # what a SET changed, for the session
+
+
+class Execution:
+    def __init__(self, engine: Engine, limits: EndpointLimits, call: Call) -> None:
+        self.engine, self.limits, self.call = engine, limits, call
+        self._conn: Connection | None = None
+        self._running: asyncio.Future[Any] | None = None
+
+    async def run(self) -> Result:
+        self._conn = await self._thread(self.engine.connect)
+        try:
+            return await self._route()
+        finally:
+            if self._running is not None and not self._running.done():
+                await asyncio.wait([self._running])  # the engine lets go of it first
+            await self._thread(self._conn.close)
+
+    async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Engine work in a worker thread; if the request is cancelled meanwhile (the client went
+        away), the query is killed and the connection is closed only after it stopped."""
+        self._running = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        try:
+            return await asyncio.shield(self._running)
+        except asyncio.CancelledError:
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.engine.kill, self.call.marker
+            )
+            raise
+
+    async def _route(self) -> Result:
+        call, conn = self.call, self._conn
+        assert conn is not None
+        split = q.insert_statement(call.url_query) if call.url_query else None
+        if split is not None:  # statement in the URL, data in the body
+            return await self._insert(split[0], split[1], b"", call.stream)
+        first = await body.head(call.stream, self.limits.max_query_bytes + 1)
+        raw = f"{call.url_query}\n".encode() + first if call.url_query and first else first
+        raw = raw or call.url_query.encode()
+        inline = q.split_insert(raw)
+        if inline is not None:  # 'INSERT ... FORMAT X' or 'VALUES', then the data
+            return await self._insert(inline.statement, inline.fmt, inline.data, call.stream)
+        text = raw.decode(errors="replace")
+        if len(text.encode()) > self.limits.max_query_bytes:
+            raise body.TooLarge("the query", self.limits.max_query_bytes)
+        if not text.strip():
+            raise EngineError("Empty query", 62, "SYNTAX_ERROR")
+        stmt = await self._thread(
+            policy.inspect, conn, text, self.engine.table_functions, call.params
+        )
+        if stmt.takes_data is not None:
+            raise EngineError(
+                "Cannot find where the INSERT's data starts: write `INSERT ... FORMAT <name>` "
+                "or `INSERT ... VALUES` before the data",
+                62,
+                "SYNTAX_ERROR",
+            )
+        if stmt.is_set:
+            return Result(Outcome(), None, await self._thread(self._set, text))
+        await self._thread(self._prepare)
+        fmt = q.trailing_format(stmt.normalized) or call.default_format or "TabSeparated"
+        sql = q.strip_trailing_semicolon(text)
+        out = await self._thread(conn.query, sql, fmt, call.params)
+        return Result(out, fmt if stmt.returns_rows else None)
+
+    def _prepare(self) -> None:
+        conn, call = self._conn, self.call
+        assert conn is not None
+        if call.database:
+            conn.use(call.database)
+        conn.apply({**call.settings, "log_comment": _literal(call.marker)})
+        if call.readonly:  # last: from here the engine refuses writes, DDL and setting changes
+            conn.query("SET readonly = 1")
+
+    def _set(self, text: str) -> dict[str, str]:
+        """Run the SET on a scratch connection and keep what it changed (checked): like
+        ClickHouse, it lasts for the session, or for nothing outside one."""
+        scratch = self.engine.connect()
+        try:
+            if self.call.readonly:  # settings may change, readonly may not: the engine says so
+                scratch.query("SET readonly = 2")
+            scratch.query(q.strip_trailing_semicolon(text))
+            changed = {
+                k: v
+                for k, v in scratch.changed_settings().items()
+                if self.engine.baseline.get(k) != v and k != "readonly"
+            }
+        finally:
+            scratch.close()
+        for name in changed:
+            policy.check_setting(name, reader=self.call.readonly)
+        return {k: _literal(v) for k, v in changed.items()}
+
+    async def _insert(
+        self, statement: str, fmt: str, first: bytes, rest: AsyncIterator[bytes]
+    ) -> Result:
+        """Stream the data into the engine while it arrives: the next chunk is read and
+        decompressed while the engine parses the previous one."""
+        conn = self._conn
+        assert conn is not None
+        stmt = await self._thread(
+            policy.inspect, conn, f"{statement} FORMAT {fmt}", self.engine.table_functions
+        )
+        if stmt.takes_data is None:
+            raise EngineError(f"Not an INSERT that takes data: {statement}", 62, "SYNTAX_ERROR")
+        await self._thread(self._prepare)
+        ins: Insert = await self._thread(conn.begin_insert, statement, fmt)
+        loop = asyncio.get_running_loop()
+        pending: asyncio.Future[None] | None = None
+        try:
+            if first:
+                pending = loop.run_in_executor(None, ins.append, first)
+            async for chunk in rest:
+                if pending is not None:
+                    await pending
+                pending = loop.run_in_executor(None, ins.append, chunk)
+            if pending is not None:
+                await pending
+                pending = None
+            return Result(await self._thread(ins.finish), None)
+        except BaseException:
+            # synchronous on purpose: even a cancelled request must hand the engine back
+            # (cancel waits for an append still in flight)
+            ins.cancel()
+            if pending is not None:  # its error, if any, is this one's consequence
+                pending.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,0 +1,164 @@
+"""What a request may do, decided on the engine's own reading of it.
+
+Nothing here parses SQL: the engine parses a request (``formatQuerySingleLine``, which also
+refuses a second statement) and dumps its syntax tree (``EXPLAIN AST`` of that normalized,
+single statement); the checks below read those outputs. Privileges themselves are the engine's:
+readonly per connection and the grants of limits.py. What the engine cannot refuse in chDB is
+refused here: ``file()`` (chDB's INSERT needs READ ON FILE granted), ``INTO OUTFILE`` and
+``FROM INFILE`` (done by chDB's client layer, not by the server), table functions that reach
+the host or the network, dictionaries (their sources may read files or other servers), ATTACH
+(it may attach a directory from anywhere).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .engine import Connection, EngineError
+
+# table functions that compute or read this server's own tables, nothing else
+SAFE_TABLE_FUNCTIONS = frozenset(
+    {
+        "numbers",
+        "numbers_mt",
+        "zeros",
+        "zeros_mt",
+        "generate_series",
+        "generateseries",
+        "primes",
+        "values",
+        "sqlstandardvalues",
+        "null",
+        "view",
+        "viewifpermitted",
+        "viewexplain",
+        "merge",
+        "generaterandom",
+        "input",
+        "format",
+        "loop",
+    }
+)
+# scalar functions that read the host
+HOST_FUNCTIONS = frozenset({"file", "catboostevaluate", "modelevaluate"})
+
+_FUNCTION = re.compile(r"^\s*Function(?:WithKeyValueArguments)?\s+(\S+)", re.MULTILINE)
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"")
+
+
+@dataclass(frozen=True)
+class Statement:
+    normalized: str  # the engine's one-line rendering of the single statement
+    root: str  # the AST's root node: SelectWithUnionQuery, InsertQuery, Set, CreateQuery...
+    ast: str
+
+    @property
+    def is_set(self) -> bool:
+        return self.root == "Set"
+
+    @property
+    def returns_rows(self) -> bool:
+        return not self.root.startswith(
+            ("InsertQuery", "CreateQuery", "DropQuery", "AlterQuery", "Rename", "Set", "UseQuery",
+             "TruncateQuery", "OptimizeQuery", "DeleteQuery", "DetachQuery", "KillQueryQuery",
+             "SYSTEM", "Grant", "CreateSQLFunctionQuery")
+        )  # fmt: skip
+
+    @property
+    def takes_data(self) -> str | None:
+        """For ``INSERT ... FORMAT X`` / ``VALUES`` whose data follows: X; else None."""
+        if not self.root.startswith("InsertQuery") or "SelectWithUnionQuery" in self.ast:
+            return None
+        m = re.search(r"\bFORMAT\s+(\w+)$", _QUOTED.sub("''", self.normalized))
+        return m.group(1) if m else None
+
+
+def inspect(
+    conn: Connection,
+    text: str,
+    table_functions: Iterable[str],
+    params: Mapping[str, str] | None = None,
+) -> Statement:
+    """The engine's reading of ``text``; refuses host access (code 497, or 564 for INTO
+    OUTFILE) whoever asks, before anything of it runs."""
+    normalized = conn.normalize(text)
+    bare = _QUOTED.sub("''", normalized)
+    if re.search(r"\bINTO\s+OUTFILE\b", bare):
+        raise EngineError(
+            "INTO OUTFILE is not allowed over HTTP (the file would be written on the server)",
+            564,
+            "INTO_OUTFILE_NOT_ALLOWED",
+        )
+    if re.search(r"\bFROM\s+INFILE\b", bare):
+        raise _denied("FROM INFILE (it reads a file on the server); send the data in the body")
+    ast = conn.explain(normalized, params)
+    root = ast.split("\n", 1)[0].strip()
+    off_host = {f.lower() for f in table_functions} - SAFE_TABLE_FUNCTIONS | HOST_FUNCTIONS
+    for name in _FUNCTION.findall(ast):
+        if name.lower() in off_host:
+            raise _denied(f"{name}() reaches files, processes or other servers of the host")
+    if "Dictionary definition" in ast:
+        raise _denied("dictionaries (their sources read files or other servers)")
+    if root.startswith("AttachQuery"):
+        raise _denied("ATTACH (it may attach a directory from anywhere on the host)")
+    return Statement(normalized, root, ast)
+
+
+def _denied(what: str) -> EngineError:
+    return EngineError(
+        f"Not enough privileges: {what} is off in this endpoint", 497, "ACCESS_DENIED"
+    )
+
+
+# --- settings a URL parameter or SET may change ---------------------------------------------
+
+ALLOWED_SETTINGS = frozenset(
+    {
+        "result_overflow_mode", "read_overflow_mode", "group_by_overflow_mode",
+        "sort_overflow_mode", "set_overflow_mode", "distinct_overflow_mode", "extremes",
+        "totals_mode", "final", "insert_deduplicate", "insert_deduplication_token", "async_insert",
+        "wait_for_async_insert", "mutations_sync", "lightweight_deletes_sync",
+        "prefer_column_name_to_alias", "aggregate_functions_null_for_empty",
+        "data_type_default_nullable", "union_default_mode", "joined_subquery_requires_alias",
+        "function_sleep_max_microseconds_per_block", "transform_null_in", "session_timezone",
+        "send_logs_level", "query_cache_ttl", "http_zlib_compression_level", "limit", "offset",
+        "distributed_product_mode", "any_join_distinct_right_table_keys", "group_by_use_nulls",
+        "exact_rows_before_limit", "rows_before_aggregation", "count_distinct_implementation",
+        "use_uncompressed_cache", "use_query_cache", "use_skip_indexes",
+        "use_index_for_in_with_subqueries", "apply_mutations_on_fly",
+        "query_plan_enable_optimizations", "precise_float_parsing",
+        "mysql_map_string_to_text_in_show_columns",
+        "mysql_map_fixed_string_to_text_in_show_columns",
+        "show_table_uuid_in_table_create_query_if_not_nil", "system_events_show_zero_values",
+        "allow_settings_after_format_in_insert",
+    }
+)  # fmt: skip
+# families of settings that shape formats, planning and per-query sizes (the maxima that matter
+# are capped by the engine: see limits.py). Not `dialect` (the statement would be read in another
+# language than the one checked) nor `compatibility` (it moves other settings' defaults).
+ALLOWED_PREFIXES = (
+    "output_format_", "input_format_", "format_", "date_time_", "interval_output", "cast_",
+    "join_", "optimize_", "max_", "min_", "enable_", "allow_experimental_", "http_",
+    "preferred_", "partial_merge_join_", "schema_inference_", "low_cardinality_",
+)  # fmt: skip
+
+
+def is_allowed(name: str) -> bool:
+    return name in ALLOWED_SETTINGS or name.startswith(ALLOWED_PREFIXES)
+
+
+def check_setting(name: str, *, reader: bool) -> None:
+    """ClickHouse's answers: a read-only user may not touch ``readonly`` (164); anything off
+    the list is a constraint violation (452). The engine checks values and maxima itself."""
+    if name == "readonly" and reader:
+        raise EngineError("Cannot modify 'readonly' setting in readonly mode", 164, "READONLY")
+    if is_allowed(name):
+        return
+    raise EngineError(
+        f"Setting {name} should not be changed (the embedded endpoint allows only the settings "
+        "that clients and BI tools use)",
+        452,
+        "SETTING_CONSTRAINT_VIOLATION",
+    )
