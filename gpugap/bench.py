@@ -16,10 +16,14 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from schemas import NodeSample, decode, encode
 from schemas.examples import node_samples
 from schemas.topics import SAMPLES
+
+if TYPE_CHECKING:
+    from gpugap.settings import KafkaSettings
 
 
 def _rate(n: int, fn: Callable[[], object], repeats: int) -> float:
@@ -67,20 +71,21 @@ def bench_codec(samples: int, repeats: int) -> list[str]:
     ]
 
 
-async def _kafka_round(bootstrap: str, records: list[NodeSample], raw: bool) -> tuple[float, float]:
+async def _kafka_round(
+    kafka: KafkaSettings, records: list[NodeSample], raw: bool
+) -> tuple[float, float]:
     """(produce rate, consume rate) for one fresh topic; raw = pre-encoded bytes, no codec."""
     from aiokafka import AIOKafkaConsumer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     from gpugap.publish import KafkaPublisher
-    from gpugap.settings import KafkaSettings
 
     topic = f"bench-{uuid.uuid4().hex[:8]}."
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**kafka.client_options())
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic + SAMPLES.name, 4, 1)])
-        settings = KafkaSettings(bootstrap=bootstrap, topic_prefix=topic)
+        settings = kafka.model_copy(update={"topic_prefix": topic})
         payloads = [(SAMPLES.key_for(r), encode(r)) for r in records] if raw else []
         t = time.perf_counter()
         async with KafkaPublisher(settings) as pub:
@@ -94,7 +99,7 @@ async def _kafka_round(bootstrap: str, records: list[NodeSample], raw: bool) -> 
 
         consumer = AIOKafkaConsumer(
             topic + SAMPLES.name,
-            bootstrap_servers=bootstrap,
+            **kafka.client_options(),
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             group_id=topic + "g",
@@ -121,19 +126,19 @@ async def _kafka_round(bootstrap: str, records: list[NodeSample], raw: bool) -> 
         await admin.close()
 
 
-def bench_kafka(samples: int, repeats: int, bootstrap: str) -> list[str]:
+def bench_kafka(samples: int, repeats: int, kafka: KafkaSettings) -> list[str]:
     records = list(node_samples(samples))
     runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     for _ in range(repeats):
         for raw in (False, True):
-            runs[raw].append(asyncio.run(_kafka_round(bootstrap, records, raw)))
+            runs[raw].append(asyncio.run(_kafka_round(kafka, records, raw)))
 
     def med(raw: bool, i: int) -> float:
         return statistics.median(r[i] for r in runs[raw])
 
     return [
-        f"kafka: {samples:,} node samples via {bootstrap} (zstd, linger 20 ms, 4 partitions), "
-        f"median of {repeats}",
+        f"kafka: {samples:,} node samples via {kafka.bootstrap} "
+        f"(zstd, linger 20 ms, 4 partitions), median of {repeats}",
         f"{'':<34} {'gpugap':>12} {'raw bytes':>12} {'ratio':>9}",
         _row("produce (encode+send+ack)", med(False, 0), med(True, 0)),
         _row("consume (fetch+decode)", med(False, 1), med(True, 1)),
@@ -148,28 +153,29 @@ def main(what: str, *, samples: int, repeats: int) -> int:
         lines += bench_codec(samples, repeats)
         print("\n".join(lines), flush=True)
     if what in ("kafka", "all"):
-        with _broker() as bootstrap:
-            out = bench_kafka(samples, max(1, repeats // 2 + 1), bootstrap)
+        with _broker() as kafka:
+            out = bench_kafka(samples, max(1, repeats // 2 + 1), kafka)
         print("\n".join(out), flush=True)
     if what == "simulate":  # prints as it goes: the scale estate into nothing, JSONL, Kafka
         from producers.sim.bench import bench_simulate
 
-        with _broker() as bootstrap:
-            bench_simulate(samples, repeats, bootstrap)
+        with _broker() as kafka:
+            bench_simulate(samples, repeats, kafka)
     return 0
 
 
 class _broker:
-    """The configured broker if it answers, else a throwaway local one (stopped afterwards)."""
+    """The configured broker (with its TLS/SASL settings) if it answers, else a throwaway
+    local one (plaintext on loopback; stopped afterwards)."""
 
-    def __enter__(self) -> str:
+    def __enter__(self) -> KafkaSettings:
         from gpugap.services.kafka import LocalKafka, broker_ready
         from gpugap.settings import load
 
         settings = load()
         self.kafka: LocalKafka | None = None
-        if broker_ready(settings.kafka.bootstrap):
-            return settings.kafka.bootstrap
+        if broker_ready(settings.kafka):
+            return settings.kafka
         self._tmp = tempfile.TemporaryDirectory(prefix="gpugap-bench-")
         self.kafka = LocalKafka.ephemeral(settings.services, Path(self._tmp.name))
         print(
@@ -178,7 +184,13 @@ class _broker:
             flush=True,
         )
         self.kafka.up()
-        return self.kafka.bootstrap
+        return settings.kafka.model_copy(
+            update={
+                "bootstrap": self.kafka.bootstrap,
+                "security_protocol": "PLAINTEXT",
+                "sasl_mechanism": None,
+            }
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self.kafka is not None:

@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gpugap.classify import CLASS_LABEL, ClassRule
 from gpugap.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ssl
 
 
 def _read_secret(value: SecretStr | None, file: Path | None, what: str) -> SecretStr | None:
@@ -25,6 +28,20 @@ def _read_secret(value: SecretStr | None, file: Path | None, what: str) -> Secre
         return SecretStr(file.read_text().strip())
     except OSError as exc:
         raise ConfigError(f"cannot read {what} from {file}: {exc.strerror}") from None
+
+
+def _check_readable(path: Path, name: str) -> None:
+    try:
+        with path.open("rb"):
+            pass
+    except IsADirectoryError:
+        raise ConfigError(f"{name}={path} is a directory, not a PEM file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {name}={path}: {exc.strerror or exc}") from None
+
+
+def _no_password() -> str:
+    return ""
 
 
 def _config(prefix: str) -> SettingsConfigDict:
@@ -42,6 +59,23 @@ class KafkaSettings(BaseSettings):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     sasl_password_file: Path | None = None
+    # TLS (security_protocol SSL or SASL_SSL): PEM files, read when a client is created
+    ssl_cafile: Path | None = Field(
+        default=None, description="PEM CA bundle that signs the brokers (default: system CAs)"
+    )
+    ssl_certfile: Path | None = Field(
+        default=None, description="PEM client certificate (chain), for brokers that require mTLS"
+    )
+    ssl_keyfile: Path | None = Field(
+        default=None, description="PEM private key of SSL_CERTFILE (default: in SSL_CERTFILE)"
+    )
+    ssl_key_password: SecretStr | None = Field(
+        default=None, description="passphrase of an encrypted SSL_KEYFILE"
+    )
+    ssl_key_password_file: Path | None = None
+    ssl_check_hostname: bool = Field(
+        default=True, description="the broker's certificate must name the host connected to"
+    )
     compression: Literal["none", "gzip", "lz4", "zstd", "snappy"] = "zstd"
     linger_ms: int = Field(default=20, ge=0)
     max_batch_bytes: int = Field(default=1_048_576, gt=0)
@@ -51,16 +85,91 @@ class KafkaSettings(BaseSettings):
     def _secret_file(self) -> Self:
         pw = _read_secret(self.sasl_password, self.sasl_password_file, "the Kafka SASL password")
         object.__setattr__(self, "sasl_password", pw)
+        key_pw = _read_secret(
+            self.ssl_key_password, self.ssl_key_password_file, "the Kafka TLS key password"
+        )
+        object.__setattr__(self, "ssl_key_password", key_pw)
         return self
 
+    @model_validator(mode="after")
+    def _tls_files(self) -> Self:
+        files = {
+            "GPUGAP_KAFKA_SSL_CAFILE": self.ssl_cafile,
+            "GPUGAP_KAFKA_SSL_CERTFILE": self.ssl_certfile,
+            "GPUGAP_KAFKA_SSL_KEYFILE": self.ssl_keyfile,
+        }
+        given = [name for name, path in files.items() if path is not None]
+        if not self.tls:
+            if given:  # fail closed: never fall back to plaintext when TLS was meant
+                raise ConfigError(
+                    f"{', '.join(given)} set but GPUGAP_KAFKA_SECURITY_PROTOCOL="
+                    f"{self.security_protocol}: set it to SSL or SASL_SSL (or unset them)"
+                )
+            return self
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ConfigError(
+                "GPUGAP_KAFKA_SSL_KEYFILE needs GPUGAP_KAFKA_SSL_CERTFILE (the client certificate)"
+            )
+        for name, path in files.items():
+            if path is not None:
+                _check_readable(path, name)
+        return self
+
+    @property
+    def tls(self) -> bool:
+        """Whether connections to the brokers are TLS (security_protocol SSL or SASL_SSL)."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client TLS context (None unless ``tls``): verifies the brokers against
+        ``ssl_cafile`` (else the system CAs) and presents ``ssl_certfile`` when given.
+        Files are read on each call, so a renewed certificate is picked up by new clients."""
+        if not self.tls:
+            return None
+        import ssl
+
+        what = f"GPUGAP_KAFKA_SSL_CAFILE={self.ssl_cafile}" if self.ssl_cafile else "system CAs"
+        try:
+            ctx = ssl.create_default_context(
+                ssl.Purpose.SERVER_AUTH,
+                cafile=str(self.ssl_cafile) if self.ssl_cafile is not None else None,
+            )
+            if self.ssl_certfile is not None:
+                what = f"GPUGAP_KAFKA_SSL_CERTFILE={self.ssl_certfile}" + (
+                    f", GPUGAP_KAFKA_SSL_KEYFILE={self.ssl_keyfile}" if self.ssl_keyfile else ""
+                )
+                key_pw = self.ssl_key_password
+                ctx.load_cert_chain(
+                    str(self.ssl_certfile),
+                    str(self.ssl_keyfile) if self.ssl_keyfile is not None else None,
+                    # never OpenSSL's interactive prompt: an encrypted key without a password
+                    # is an error, not a daemon waiting on a terminal
+                    password=key_pw.get_secret_value() if key_pw is not None else _no_password,
+                )
+        except ssl.SSLError as exc:
+            hint = (
+                " (an encrypted key needs GPUGAP_KAFKA_SSL_KEY_PASSWORD)"
+                if (self.ssl_certfile is not None and self.ssl_key_password is None)
+                else ""
+            )
+            raise ConfigError(f"Kafka TLS: cannot load {what}: {exc.reason or exc}{hint}") from None
+        except OSError as exc:
+            raise ConfigError(f"Kafka TLS: cannot read {what}: {exc.strerror or exc}") from None
+        ctx.check_hostname = self.ssl_check_hostname  # verify_mode stays CERT_REQUIRED
+        return ctx
+
     def client_options(self) -> dict[str, Any]:
-        """Connection options shared by aiokafka producers, consumers and admin clients."""
+        """Connection options shared by aiokafka producers, consumers and admin clients
+        (with the TLS context for SSL and SASL_SSL)."""
         opts: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap,
             "client_id": self.client_id,
             "security_protocol": self.security_protocol,
             "request_timeout_ms": self.request_timeout_ms,
         }
+        ctx = self.ssl_context()
+        if ctx is not None:
+            opts["ssl_context"] = ctx
         if self.sasl_mechanism:
             opts["sasl_mechanism"] = self.sasl_mechanism
             opts["sasl_plain_username"] = self.sasl_username

@@ -118,23 +118,19 @@ def _scratch() -> str:
 
 
 def _credentials(kafka: KafkaSettings) -> Any:
+    """Faust's form of ``kafka.client_options()``: the same protocol, SASL login and TLS
+    context (CA, client certificate, hostname check) for every client the app creates."""
     if kafka.security_protocol == "PLAINTEXT":
         return None
-    ssl = kafka.security_protocol.endswith("SSL")
-    if kafka.sasl_mechanism is None:
-        return faust.SSLCredentials() if ssl else None
-    password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else None
-    if kafka.sasl_mechanism == "PLAIN":
-        return faust.SASLCredentials(
-            username=kafka.sasl_username,
-            password=password,
-            ssl_context=faust.SSLCredentials().context if ssl else None,
-        )
+    context = kafka.ssl_context()  # None for SASL_PLAINTEXT
+    if kafka.security_protocol == "SSL":
+        return faust.SSLCredentials(context)
+    # SASL_PLAINTEXT, SASL_SSL (Faust says SASL_SSL when it is given a context)
     return faust.SASLCredentials(
         username=kafka.sasl_username,
-        password=password,
-        mechanism=kafka.sasl_mechanism,
-        ssl_context=faust.SSLCredentials().context if ssl else None,
+        password=kafka.sasl_password.get_secret_value() if kafka.sasl_password else None,
+        mechanism=kafka.sasl_mechanism or "PLAIN",  # aiokafka's default too
+        ssl_context=context,
     )
 
 

@@ -145,7 +145,7 @@ async def watch_alerts(kafka: KafkaSettings, since: float, seen: Seen, stop: asy
 
     c = AIOKafkaConsumer(
         ALERTS.qualified(kafka.topic_prefix),
-        bootstrap_servers=kafka.bootstrap,
+        **kafka.client_options(),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )

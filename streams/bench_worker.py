@@ -40,7 +40,7 @@ async def create_topics(kafka: KafkaSettings, names: Sequence[str]) -> None:
     """One partition each, kept forever (records carry their event time as timestamp)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    admin = AIOKafkaAdminClient(**kafka.client_options())
     await admin.start()
     try:
         await admin.create_topics(

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -22,6 +22,9 @@ from gpugap.errors import GpugapError
 from gpugap.services.kafka import LocalKafka, broker_ready
 from gpugap.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
 from schemas import Record, Topic, decode
+
+if TYPE_CHECKING:
+    from tests.kafka_tls import TlsBroker
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 M = TypeVar("M", bound=Record)
@@ -82,10 +85,36 @@ def kafka(kafka_bootstrap: str) -> Iterator[KafkaSettings]:
     asyncio.run(_delete_topics(kafka_bootstrap, prefix))
 
 
+@pytest.fixture(scope="session")
+def kafka_tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
+    """A local broker with a mutual-TLS listener and the test PKI (tests/kafka_tls.py). Always
+    the local one (the listener and its certificates are the test's own); a broker that
+    cannot start fails the tests that need it, in CI or not."""
+    from tests.kafka_tls import start_tls_broker
+
+    try:
+        broker = start_tls_broker(tmp_path_factory.mktemp("kafka-tls"))
+    except (GpugapError, OSError) as exc:
+        pytest.fail(f"could not start a local Kafka broker with a TLS listener: {exc}")
+    try:
+        yield broker
+    finally:
+        broker.kafka.down()
+
+
+@pytest.fixture
+def kafka_tls(kafka_tls_broker: TlsBroker) -> Iterator[KafkaSettings]:
+    """Like ``kafka``, on the broker's SSL listener: security_protocol=SSL, the test CA, a
+    client certificate and its encrypted key."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    yield kafka_tls_broker.settings(topic_prefix=prefix, linger_ms=5)
+    asyncio.run(_delete_topics(kafka_tls_broker.plain_bootstrap, prefix))
+
+
 async def create_topics(settings: KafkaSettings, names: list[str], partitions: int = 1) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    admin = AIOKafkaAdminClient(**settings.client_options())
     await admin.start()
     try:
         await admin.create_topics(
@@ -104,7 +133,7 @@ async def read_topic(
 
     consumer = AIOKafkaConsumer(
         topic.qualified(kafka.topic_prefix),
-        bootstrap_servers=kafka.bootstrap,
+        **kafka.client_options(),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         # a topic a producer just auto-created may answer "leader not available" on the

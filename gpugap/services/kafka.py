@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpugap.errors import ServiceError
-from gpugap.settings import ServicesSettings
+from gpugap.settings import KafkaSettings, ServicesSettings
 
 POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -171,15 +171,24 @@ class Status:
 class LocalKafka:
     """One broker+controller node whose files all live under ``state_dir/kafka``."""
 
-    def __init__(self, settings: ServicesSettings) -> None:
+    def __init__(
+        self, settings: ServicesSettings, extra_properties: dict[str, str] | None = None
+    ) -> None:
         self.settings = settings
+        # appended to server.properties (a later key wins): e.g. an extra SSL listener
+        self.extra_properties = dict(extra_properties or {})
         self.home = settings.state_dir / "kafka"
         self.pid_file = self.home / "kafka.pid"
         self.log_file = self.home / "server.log"
         self.bootstrap = f"{settings.kafka_host}:{settings.kafka_port}"
 
     @classmethod
-    def ephemeral(cls, settings: ServicesSettings, state_dir: Path) -> LocalKafka:
+    def ephemeral(
+        cls,
+        settings: ServicesSettings,
+        state_dir: Path,
+        extra_properties: dict[str, str] | None = None,
+    ) -> LocalKafka:
         """A broker on free loopback ports with its state in ``state_dir`` (tests, benchmarks)."""
         return cls(
             settings.model_copy(
@@ -189,7 +198,8 @@ class LocalKafka:
                     "kafka_port": free_port(),
                     "kafka_controller_port": free_port(),
                 }
-            )
+            ),
+            extra_properties,
         )
 
     def pid(self) -> int | None:
@@ -231,6 +241,7 @@ class LocalKafka:
             SERVER.format(
                 host=s.kafka_host, port=s.kafka_port, cport=s.kafka_controller_port, data=data
             )
+            + "".join(f"{k}={v}\n" for k, v in self.extra_properties.items())
         )
         log4j = self.home / "log4j2.properties"
         log4j.write_text(LOG4J2.format(log=self.log_file))
@@ -356,9 +367,16 @@ def _answers(host: str, port: int) -> bool:
         return False
 
 
-def broker_ready(bootstrap: str) -> bool:
-    """The broker answers metadata requests and has a controller (not just an open port)."""
-    host, port = bootstrap.rsplit(":", 1)
+def broker_ready(target: str | KafkaSettings) -> bool:
+    """The broker answers metadata requests and has a controller (not just an open port).
+    ``target``: a plaintext bootstrap address, or settings (their TLS/SASL options are used)."""
+    if isinstance(target, KafkaSettings):
+        bootstrap = target.bootstrap
+        options = {**target.client_options(), "request_timeout_ms": 3000}
+    else:
+        bootstrap = target
+        options = {"bootstrap_servers": target, "request_timeout_ms": 3000}
+    host, port = bootstrap.split(",")[0].strip().rsplit(":", 1)
     if not _answers(host, int(port)):
         return False
     import asyncio
@@ -366,7 +384,7 @@ def broker_ready(bootstrap: str) -> bool:
     from aiokafka.admin import AIOKafkaAdminClient
 
     async def probe() -> bool:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+        admin = AIOKafkaAdminClient(**options)
         try:
             await admin.start()
             cluster = await admin.describe_cluster()

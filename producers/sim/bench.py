@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugap.publish import JsonlPublisher, KafkaPublisher, Publisher
+from gpugap.settings import KafkaSettings
 from schemas import Record, Topic
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS
 
@@ -69,10 +70,10 @@ def _row(label: str, runs: list[Stats]) -> str:
     )
 
 
-async def _topics(bootstrap: str, prefix: str, create: bool) -> None:
+async def _topics(kafka: KafkaSettings, prefix: str, create: bool) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**kafka.client_options())
     await admin.start()
     try:
         names = [prefix + t.name for t in (SAMPLES, SLURM_JOBS, K8S_PODS)]
@@ -100,9 +101,8 @@ def _compression(data: bytes, repeats: int) -> list[str]:
     return out
 
 
-def bench_simulate(samples: int, repeats: int, bootstrap: str | None) -> list[str]:
-    from gpugap.settings import KafkaSettings
-
+def bench_simulate(samples: int, repeats: int, kafka: KafkaSettings | None) -> list[str]:
+    """``kafka``: the broker to publish to (None: no Kafka row)."""
     sc = S.load("scale")
     interval = sc.scenario.sample_interval
     nodes = sum(g.count for c in sc.clusters for g in c.node_groups)
@@ -130,17 +130,17 @@ def bench_simulate(samples: int, repeats: int, bootstrap: str | None) -> list[st
             sample = fh.read(1 << 20)  # about what one Kafka batch holds
     lines += _compression(sample, repeats)
     print("\n".join(lines[-2:]), flush=True)
-    if bootstrap is not None:
+    if kafka is not None:
         runs: list[Stats] = []
-        compression = KafkaSettings().compression  # GPUGAP_KAFKA_COMPRESSION, default lz4
+        compression = kafka.compression  # GPUGAP_KAFKA_COMPRESSION
         for _ in range(repeats):
             prefix = f"bench-{uuid.uuid4().hex[:8]}."
-            asyncio.run(_topics(bootstrap, prefix, create=True))
+            asyncio.run(_topics(kafka, prefix, create=True))
             try:
-                settings = KafkaSettings(bootstrap=bootstrap, topic_prefix=prefix)
+                settings = kafka.model_copy(update={"topic_prefix": prefix})
                 runs += _measure(sc, window, partial(KafkaPublisher, settings), 1)
             finally:
-                asyncio.run(_topics(bootstrap, prefix, create=False))
+                asyncio.run(_topics(kafka, prefix, create=False))
         lines.append(_row(f"kafka ({compression}, 4 partitions)", runs))
         print(lines[-1], flush=True)
     return lines

@@ -14,6 +14,7 @@ from .parse import ParseError, jobcomp_env, scontrol_job
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hook's start-up)
 if TYPE_CHECKING:
+    import ssl
     from typing import Any
 
 BACKLOG_PER_HOOK = 50  # spooled events a hook ships after its own (bounded by the deadline)
@@ -31,9 +32,64 @@ class HookConfig:
         self.end_hook = env.get("GPUGAP_SLURM_END_HOOK") or "jobcomp"
         self.bootstrap = env.get("GPUGAP_KAFKA_BOOTSTRAP") or "127.0.0.1:9092"
         self.topic_prefix = env.get("GPUGAP_KAFKA_TOPIC_PREFIX") or ""
-        protocol = env.get("GPUGAP_KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT"
-        self.plaintext = protocol == "PLAINTEXT"
+        self.protocol = env.get("GPUGAP_KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT"
+        self.plaintext = self.protocol == "PLAINTEXT"
         self.client_id = env.get("GPUGAP_KAFKA_CLIENT_ID") or "gpugap-slurm-hook"
+        # TLS (protocol SSL), from the same files the aiokafka clients use (KafkaSettings)
+        self.ssl_cafile = env.get("GPUGAP_KAFKA_SSL_CAFILE") or None
+        self.ssl_certfile = env.get("GPUGAP_KAFKA_SSL_CERTFILE") or None
+        self.ssl_keyfile = env.get("GPUGAP_KAFKA_SSL_KEYFILE") or None
+        self._key_password = env.get("GPUGAP_KAFKA_SSL_KEY_PASSWORD") or None
+        self._key_password_file = env.get("GPUGAP_KAFKA_SSL_KEY_PASSWORD_FILE") or None
+        check = (env.get("GPUGAP_KAFKA_SSL_CHECK_HOSTNAME") or "true").strip().lower()
+        self.ssl_check_hostname = check not in ("0", "false", "no", "off", "f", "n")
+
+    def unsupported(self) -> str | None:
+        """Why the hook's own client cannot reach this Kafka (None: it can)."""
+        if self.protocol in ("PLAINTEXT", "SSL"):
+            return None
+        return (
+            f"GPUGAP_KAFKA_SECURITY_PROTOCOL={self.protocol}: the hook's built-in Kafka client "
+            "speaks PLAINTEXT and SSL only (no SASL); events are spooled for "
+            "`gpugap slurm-hook drain` (or the poller) to ship"
+        )
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The ``ssl.SSLContext`` for protocol SSL (else None): KafkaSettings.ssl_context()
+        in the standard library. Raises WireError, naming the variable, on a bad file."""
+        if self.protocol != "SSL":
+            return None
+        import ssl
+
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise wire.WireError("GPUGAP_KAFKA_SSL_KEYFILE needs GPUGAP_KAFKA_SSL_CERTFILE")
+        what = f"GPUGAP_KAFKA_SSL_CAFILE={self.ssl_cafile}" if self.ssl_cafile else "system CAs"
+        hint = ""
+        try:
+            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ssl_cafile)
+            if self.ssl_certfile:
+                password = self._key_password
+                if password is None and self._key_password_file:
+                    what = f"GPUGAP_KAFKA_SSL_KEY_PASSWORD_FILE={self._key_password_file}"
+                    with open(self._key_password_file) as fh:
+                        password = fh.read().strip()
+                what = f"GPUGAP_KAFKA_SSL_CERTFILE={self.ssl_certfile}" + (
+                    f", GPUGAP_KAFKA_SSL_KEYFILE={self.ssl_keyfile}" if self.ssl_keyfile else ""
+                )
+                if not password:
+                    hint = " (an encrypted key needs GPUGAP_KAFKA_SSL_KEY_PASSWORD)"
+                # no password: fail, never OpenSSL's prompt on slurmctld's terminal
+                ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, password or _no_password)
+        except ssl.SSLError as exc:
+            raise wire.WireError(f"Kafka TLS: cannot load {what}: {exc}{hint}") from None
+        except OSError as exc:
+            raise wire.WireError(f"Kafka TLS: cannot load {what}: {exc.strerror or exc}") from None
+        ctx.check_hostname = self.ssl_check_hostname  # verify_mode stays CERT_REQUIRED
+        return ctx
+
+
+def _no_password() -> str:
+    return ""
 
 
 def find_tool(name: str, env: Mapping[str, str]) -> str:
@@ -169,8 +225,10 @@ def deliver(cfg: HookConfig, envelopes: Sequence[Envelope], deadline: float) -> 
     claimed: list[str] = []
     backlog: list[Envelope] = []
     try:
-        if not cfg.plaintext:
-            raise wire.WireError("TLS/SASL: the drainer ships these")
+        why = cfg.unsupported()
+        if why is not None:
+            raise wire.WireError(why)
+        tls = cfg.tls_context()
         for path in spool.pending(cfg.spool_dir)[:BACKLOG_PER_HOOK]:
             c = spool.claim(path)
             if c is not None:
@@ -191,7 +249,7 @@ def deliver(cfg: HookConfig, envelopes: Sequence[Envelope], deadline: float) -> 
         if records:
             # stop short of the deadline: spooling (an fsync) must fit in what is left
             until = deadline - min(0.25, cfg.timeout_s / 4)
-            wire.send(cfg.bootstrap, records, deadline=until, client_id=cfg.client_id)
+            wire.send(cfg.bootstrap, records, deadline=until, client_id=cfg.client_id, tls=tls)
     except (wire.WireError, OSError) as exc:
         for c in claimed:
             spool.unclaim(c)

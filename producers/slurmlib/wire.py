@@ -4,7 +4,8 @@ Why not aiokafka here: slurmctld runs the hook for every job start and end, and 
 aiokafka alone takes ~0.2 s; this speaks just enough of the protocol (Metadata v1, Produce v3
 with an uncompressed v2 record batch, acks=all) to hand a few records to the partition leaders
 in a few milliseconds. Versions chosen because every broker from 0.11 to 4.x accepts them.
-Plaintext only: with TLS/SASL configured the hook spools and the drainer (aiokafka) ships.
+PLAINTEXT or SSL (TLS, also with a client certificate: the caller passes an ``ssl.SSLContext``);
+SASL is not spoken: with SASL configured the hook spools and the drainer (aiokafka) ships.
 Keys are partitioned with murmur2 exactly as the Java client and aiokafka do, so hook events
 land on the same partitions as everything else keyed ``cluster/job``.
 Any failure raises ``WireError``; the caller spools what was not acknowledged.
@@ -16,6 +17,10 @@ import socket
 import struct
 import time
 from collections.abc import Sequence
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hook's start-up)
+if TYPE_CHECKING:
+    import ssl  # only a TLS send imports it (~15 ms)
 
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 RETRIABLE = {3, 5, 6, 7}  # unknown topic (auto-create pending), leader not available / moving
@@ -136,12 +141,27 @@ class _Reader:
 
 
 class Connection:
-    def __init__(self, host: str, port: int, client_id: str, deadline: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        deadline: float,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.deadline, self.client_id, self.corr = deadline, client_id, 0
         try:
-            self.sock = socket.create_connection((host, port), timeout=self._left())
+            sock = socket.create_connection((host, port), timeout=self._left())
         except OSError as exc:
             raise WireError(f"cannot connect to {host}:{port}: {exc}") from None
+        if tls is None:
+            self.sock = sock
+            return
+        try:  # the handshake runs here, under the socket's timeout (what is left)
+            self.sock = tls.wrap_socket(sock, server_hostname=host)
+        except OSError as exc:  # ssl.SSLError, SSLCertVerificationError, a timeout
+            sock.close()
+            raise WireError(f"TLS handshake with {host}:{port} failed: {exc}") from None
 
     def _left(self) -> float:
         left = self.deadline - time.monotonic()
@@ -212,9 +232,11 @@ def send(
     *,
     deadline: float,
     client_id: str = "gpugap-slurm-hook",
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Send (topic, key, value, timestamp_ms) records with acks=all before ``deadline``
-    (time.monotonic()); returns once every partition leader has acknowledged, else raises."""
+    (time.monotonic()); returns once every partition leader has acknowledged, else raises.
+    ``tls``: connect to every broker over TLS with this context (security_protocol SSL)."""
     hosts = [h.strip().rsplit(":", 1) for h in bootstrap.split(",") if h.strip()]
     conns: dict[tuple[str, int], Connection] = {}
     last: Exception = WireError(f"no bootstrap server in {bootstrap!r}")
@@ -222,7 +244,9 @@ def send(
         boot = None
         for host, port in hosts:
             try:
-                boot = conns[host, int(port)] = Connection(host, int(port), client_id, deadline)
+                boot = conns[host, int(port)] = Connection(
+                    host, int(port), client_id, deadline, tls
+                )
                 break
             except (WireError, ValueError) as exc:
                 last = exc
@@ -251,7 +275,9 @@ def send(
             addr = brokers.get(leader)
             if addr is None:
                 raise WireError(f"leader {leader} not in the broker list")
-            conn = conns.get(addr) or conns.setdefault(addr, Connection(*addr, client_id, deadline))
+            conn = conns.get(addr) or conns.setdefault(
+                addr, Connection(*addr, client_id, deadline, tls)
+            )
             _produce(conn, batches, deadline)
     finally:
         for c in conns.values():
