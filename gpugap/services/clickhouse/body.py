@@ -19,11 +19,12 @@ CHUNK = 1 << 20  # raw bytes per read, and decompressed bytes per step
 
 class TooLarge(EngineError):
     def __init__(self, what: str, limit: int) -> None:
+        query = "query" in what
         super().__init__(
-            f"{what} is larger than {limit} bytes (the endpoint's limit; see "
-            "GPUGAP_CLICKHOUSE_SERVE_MAX_QUERY_BYTES / _MAX_INSERT_BYTES)",
-            62 if "query" in what else 241,
-            "SYNTAX_ERROR" if "query" in what else "MEMORY_LIMIT_EXCEEDED",
+            f"{what} is larger than {limit} bytes (the endpoint's limit, GPUGAP_CLICKHOUSE_SERVE_"
+            f"{'MAX_QUERY_BYTES' if query else 'MAX_INSERT_BYTES'})",
+            62 if query else 241,
+            "SYNTAX_ERROR" if query else "MEMORY_LIMIT_EXCEEDED",
         )
         self.status = 413
 

@@ -49,8 +49,11 @@ class Execution:
         try:
             return await self._route()
         finally:
-            if self._running is not None and not self._running.done():
-                await asyncio.wait([self._running])  # the engine lets go of it first
+            running = self._running
+            if running is not None and not running.done():
+                await asyncio.wait([running])  # the engine lets go of it first
+                if not running.cancelled():
+                    running.exception()  # (the request's own error is the one reported)
             await self._thread(self._conn.close)
 
     async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
@@ -141,6 +144,10 @@ class Execution:
         if stmt.takes_data is None:
             raise EngineError(f"Not an INSERT that takes data: {statement}", 62, "SYNTAX_ERROR")
         await self._thread(self._prepare)
+        if fmt.startswith(TEXT_FORMATS) and not fmt.startswith(
+            ("JSONColumns", "JSONCompactColumns")
+        ):
+            rest = _lines_bounded(rest, first, self.limits.max_line_bytes)
         ins: Insert = await self._thread(conn.begin_insert, statement, fmt)
         loop = asyncio.get_running_loop()
         pending: asyncio.Future[None] | None = None
@@ -162,6 +169,45 @@ class Execution:
             if pending is not None:  # its error, if any, is this one's consequence
                 pending.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
+
+
+# formats whose rows are lines (or, for Values, at least break somewhere)
+TEXT_FORMATS = (
+    "CSV", "TSV", "TabSeparated", "JSONEachRow", "JSONCompactEachRow", "JSONStringsEachRow",
+    "JSONCompactStringsEachRow", "JSONLines", "NDJSON", "Values", "LineAsString", "Custom",
+    "Template", "Regexp", "Raw", "JSONAsString", "JSONAsObject",
+)  # fmt: skip
+
+
+async def _lines_bounded(
+    stream: AsyncIterator[bytes], first: bytes, limit: int
+) -> AsyncIterator[bytes]:
+    """The stream, refused once a line runs past ``limit`` bytes (chDB would buffer it whole:
+    1 GiB of zeros without a newline took 3.6 GiB). ``first`` counts as already sent."""
+    run = _tail(first, 0, limit)
+    async for chunk in stream:
+        run = _tail(chunk, run, limit)
+        yield chunk
+
+
+def _tail(chunk: bytes, run: int, limit: int) -> int:
+    # lines inside one chunk (<= 2 MiB) are shorter than the limit (>= 2 MiB): only the line
+    # that runs over from earlier chunks needs counting
+    first = chunk.find(b"\n")
+    if first < 0:
+        run += len(chunk)
+    elif run + first > limit:
+        run += first
+    else:
+        run = len(chunk) - chunk.rfind(b"\n") - 1
+    if run > limit:
+        raise EngineError(
+            f"A line of the INSERT's data is longer than {limit} bytes (the endpoint's limit, "
+            "GPUGAP_CLICKHOUSE_SERVE_MAX_LINE_BYTES)",
+            27,
+            "CANNOT_PARSE_INPUT_ASSERTION_FAILED",
+        )
+    return run
 
 
 def _literal(value: str) -> str:

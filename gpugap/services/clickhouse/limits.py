@@ -43,9 +43,16 @@ class EndpointLimits(BaseSettings):
         default=1 << 20, gt=0, description="request line, like http_max_uri_size"
     )
     max_insert_bytes: int = Field(
-        default=16 * GiB,
+        default=4 * GiB,
         gt=0,
-        description="one INSERT's data after decompression (streamed, not buffered)",
+        description="one INSERT's data after decompression (streamed, except the whole-file "
+        "formats such as Parquet and ORC, which chDB buffers)",
+    )
+    max_line_bytes: int = Field(
+        default=16 << 20,
+        ge=2 << 20,
+        description="one line of a text INSERT format (CSV, TSV, JSONEachRow, Values...): chDB "
+        "buffers a row that never ends",
     )
     receive_timeout_s: float = Field(
         default=30.0,
