@@ -149,3 +149,43 @@ def test_views_answer_the_capacity_questions(clickhouse: ClickHouseSettings) -> 
         assert q("SELECT count() FROM gpu_minutes FINAL") == [(480,)]
     finally:
         c.close()
+
+
+def test_a_resolve_at_the_same_time_as_the_update_before_it_reads_back_resolved(
+    clickhouse: ClickHouseSettings,
+) -> None:
+    """The merged alert's RESOLVED record can carry the UPDATE's time: the views break the tie
+    by the state's order (argMax on time alone answered either, filtered and unfiltered)."""
+    ids = [f"tie{i}" for i in range(12)]
+    batches: list[list[Record]] = [[], []]
+    for i, aid in enumerate(ids):
+        kind = "partial_gang" if i % 2 else "idle_gpu"
+        rows = [
+            Alert.model_validate({**alert(aid, state, m).model_dump(), "kind": kind})
+            for state, m in (("open", 10), ("update", 20), ("resolved", 20))
+        ]
+        # the resolve lands in its own part, before or after the update's
+        batches[0] += rows[:2] if i % 3 else [rows[0], rows[2]]
+        batches[1] += [rows[2]] if i % 3 else [rows[1]]
+
+    async def store() -> None:
+        sink = ClickHouseSink(clickhouse)
+        await sink.start()
+        for batch in batches:
+            await sink.write(batch)
+        await sink.close()
+
+    asyncio.run(store())
+    c = connect(clickhouse)
+    try:
+        every = dict(c.query("SELECT alert_id, state FROM v_alerts").result_rows)
+        assert {aid: every[aid] for aid in ids} == dict.fromkeys(ids, "resolved")
+        for aid in ids:
+            one = c.query(
+                "SELECT state FROM v_alerts WHERE alert_id = {a:String}", parameters={"a": aid}
+            ).result_rows
+            assert one == [("resolved",)], aid
+        assert c.query("SELECT count() FROM v_alerts_open").result_rows == [(0,)]
+        assert c.query("SELECT count() FROM v_partial_gangs_now").result_rows == [(0,)]
+    finally:
+        c.close()

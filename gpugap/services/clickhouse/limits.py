@@ -132,7 +132,8 @@ def write_engine_config(directory: Path, limits: EndpointLimits) -> Path:
         "max_query_size": limits.max_query_bytes,
     }
     defaults = "".join(f"<{k}>{v}</{k}>" for k, v in capped.items())
-    maxima = "".join(f"<{k}><max>{v}</max></{k}>" for k, v in capped.items())
+    # min 1: 0 means "no limit" to the engine
+    maxima = "".join(f"<{k}><min>1</min><max>{v}</max></{k}>" for k, v in capped.items())
     # the allow-list, enforced by the engine: every other setting is constant (clients see it
     # as readonly in system.settings), and so are those that switch a limit or a guard off.
     # Left changeable: readonly (a reader's connection sets it), log_comment (marks a

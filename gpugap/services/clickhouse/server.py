@@ -320,6 +320,9 @@ def serve(
             # aiohttp's keep-alive timer also closes a connection whose request does not
             # arrive in time: the bound on slow headers
             keepalive_timeout=limits.receive_timeout_s,
+            # after an answer to a body not read whole (refused, timed out), aiohttp reads and
+            # drops the rest for this long before it closes (default 10 s)
+            lingering_time=min(2.0, limits.receive_timeout_s),
             max_line_size=limits.max_uri_bytes,
             max_field_size=65536,
             auto_decompress=False,  # bodies are decompressed, bounded, in body.py
