@@ -130,7 +130,7 @@ class Demo:
         sim += ["--as-fast-as-possible"] if speed is None else ["--speed", str(speed)]
         quiet = {**env, "GPUGAP_LOG_LEVEL": "ERROR"}  # errors still show; chatter does not
         worker = [*GPUGAP, "worker", "--group", WORKER_GROUP, "--http", f"127.0.0.1:{metrics}"]
-        worker += ["--engine", self.opts.engine, "--idle-flush", "5"]
+        worker += ["--engine", self.opts.engine, "--idle-flush", "5", "--backfill"]
         if speed is None:
             # publish the whole scenario first, then let the worker read it: it merges the
             # topics in event time while catching up (a live replay at hundreds of times real

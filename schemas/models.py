@@ -7,11 +7,18 @@ every error names the field it is about.
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .types import (
+    MAX_GANG_SIZE,
+    MAX_GPU_INDEX,
+    MAX_GPUS_PER_JOB,
+    MAX_GPUS_PER_NODE,
+    MAX_INTERVAL_S,
+    MAX_NODES_PER_JOB,
+    MAX_UNSUPPORTED,
     ActivityMetric,
     AlertKind,
     AlertState,
@@ -71,7 +78,9 @@ class Attribution(Record):
 
 class GpuSample(Record):
     uuid: GpuUuid
-    index: NonNegInt = Field(description="device index on the node (MIG: the parent's index)")
+    index: NonNegInt = Field(
+        le=MAX_GPU_INDEX, description="device index on the node (MIG: the parent's index)"
+    )
     model: Text | None = None
     mig: MigInstance | None = None
     activity: Ratio | None = Field(default=None, description="best activity metric, 0..1")
@@ -83,7 +92,9 @@ class GpuSample(Record):
     energy_mj: NonNegInt | None = Field(default=None, description="energy counter since boot")
     sm_clock_mhz: NonNegInt | None = None
     unsupported: tuple[Text, ...] = Field(
-        default=(), description="fields the device could not report (NotSupported, errors)"
+        default=(),
+        max_length=MAX_UNSUPPORTED,
+        description="fields the device could not report (NotSupported, errors)",
     )
     attribution: Attribution | None = None
 
@@ -101,8 +112,10 @@ class NodeSample(Record):
     node: Name
     time: UtcTime
     source: SampleSource
-    interval_s: NonNegFloat | None = Field(default=None, description="sampling interval")
-    gpus: tuple[GpuSample, ...]
+    interval_s: NonNegFloat | None = Field(
+        default=None, le=MAX_INTERVAL_S, description="sampling interval"
+    )
+    gpus: tuple[GpuSample, ...] = Field(max_length=MAX_GPUS_PER_NODE)
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -127,7 +140,9 @@ def k8s_allocation_id(cluster: str, uid: str) -> str:
 
 class NodeGpus(Record):
     node: Name
-    gpu_indices: tuple[NonNegInt, ...] = ()
+    gpu_indices: tuple[Annotated[NonNegInt, Field(le=MAX_GPU_INDEX)], ...] = Field(
+        default=(), max_length=MAX_GPUS_PER_NODE
+    )
 
 
 class SlurmJobEvent(Record):
@@ -148,8 +163,8 @@ class SlurmJobEvent(Record):
     partition: Name | None = None
     qos: Name | None = None
     job_name: Text | None = None
-    nodes: tuple[NodeGpus, ...] = ()
-    gpus_total: NonNegInt = 0
+    nodes: tuple[NodeGpus, ...] = Field(default=(), max_length=MAX_NODES_PER_JOB)
+    gpus_total: NonNegInt = Field(default=0, le=MAX_GPUS_PER_JOB)
     time_limit_s: NonNegInt | None = Field(default=None, description="None = unlimited")
     submit_time: UtcTime | None = None
     start_time: UtcTime | None = None
@@ -185,7 +200,7 @@ class K8sPodEvent(Record):
     name: Name
     node: Name | None = None
     phase: PodPhase
-    gpus: NonNegInt = 0
+    gpus: NonNegInt = Field(default=0, le=MAX_GPUS_PER_NODE, description="a pod runs on one node")
     gpu_resource: Text | None = Field(
         default=None, description="'nvidia.com/gpu', 'nvidia.com/mig-1g.10gb'"
     )
@@ -196,7 +211,7 @@ class K8sPodEvent(Record):
     owner: Text | None = None
     team: Text | None = None
     gang_id: Text | None = None
-    gang_size: NonNegInt | None = None
+    gang_size: NonNegInt | None = Field(default=None, le=MAX_GANG_SIZE)
     resource_version: Text | None = None
 
     @property
@@ -223,14 +238,18 @@ class AllocationEvent(Record):
     node: Name
     scheduler: Scheduler
     allocation_id: EventId = Field(description="'slurm/<cluster>/<job>' or 'k8s/<cluster>/<uid>'")
-    gpus: NonNegInt
-    gpu_indices: tuple[NonNegInt, ...] | None = Field(default=None, description="Slurm: indices")
-    gpu_uuids: tuple[GpuUuid, ...] | None = Field(default=None, description="when known")
+    gpus: NonNegInt = Field(le=MAX_GPUS_PER_NODE)
+    gpu_indices: tuple[NonNegInt, ...] | None = Field(
+        default=None, max_length=MAX_GPUS_PER_NODE, description="Slurm: indices"
+    )
+    gpu_uuids: tuple[GpuUuid, ...] | None = Field(
+        default=None, max_length=MAX_GPUS_PER_NODE, description="when known"
+    )
     workload_class: WorkloadClass
     owner: Text | None = None
     team: Text | None = None
     gang_id: Text | None = None
-    gang_size: NonNegInt | None = None
+    gang_size: NonNegInt | None = Field(default=None, le=MAX_GANG_SIZE)
     name: Text | None = None
     namespace: Name | None = Field(default=None, description="Kubernetes: the pod's namespace")
     time_limit_s: NonNegInt | None = None
@@ -290,8 +309,8 @@ class Alert(Record):
     owner: Text | None = None
     team: Text | None = None
     workload_class: WorkloadClass | None = None
-    nodes: tuple[Name, ...] = ()
-    gpus: tuple[GpuUuid, ...] = ()
+    nodes: tuple[Name, ...] = Field(default=(), max_length=MAX_GANG_SIZE)
+    gpus: tuple[GpuUuid, ...] = Field(default=(), max_length=MAX_GPUS_PER_JOB)
     idle_minutes: NonNegInt = 0
     idle_gpu_hours: NonNegFloat = 0.0
     pending_pods: NonNegInt | None = None

@@ -47,6 +47,23 @@ StrictFloat = Annotated[float, Strict()]
 StrictBool = Annotated[bool, Strict()]
 EventId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
+# Bounds of what a real estate produces; a record past one is invalid (a dead letter with the
+# field named), so one record can never make the stream fabricate unbounded output.
+#: GPUs on one node (a DGX B200 has 8; 8 GPUs x 7 MIG slices = 56; room for denser nodes)
+MAX_GPUS_PER_NODE = 256
+#: GPU index on a node (MIG slices carry their parent's index)
+MAX_GPU_INDEX = 1023
+#: nodes in one Slurm job (the largest machines have ~10,000 nodes)
+MAX_NODES_PER_JOB = 65_536
+#: GPUs of one Slurm job over all its nodes
+MAX_GPUS_PER_JOB = 1_000_000
+#: members of one gang (training job) and nodes or GPUs one alert names
+MAX_GANG_SIZE = 100_000
+#: seconds one sample may describe: agents sample every 1-60 s; beyond an hour is no sample
+MAX_INTERVAL_S = 3600.0
+#: fields one GPU sample may list as unsupported
+MAX_UNSUPPORTED = 64
+
 
 def utc_now() -> datetime:
     return _require_utc_ms(datetime.now(UTC))

@@ -103,6 +103,7 @@ def run_worker(
         engine,
         "--group",
         f"bench-{engine}",
+        "--backfill",  # the scenario is dated in the past
     ]
     proc = subprocess.Popen(
         [*cmd, "--http", f"127.0.0.1:{port}"],

@@ -40,13 +40,38 @@ def register(sub: Any, cmd: Cmd) -> None:
         help="alerts judge a minute S seconds after it ends (<= --lateness; default 30)",
     )
     w.add_argument(
+        "--max-future",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="a record dated more than S seconds ahead of this worker's clock is a dead letter "
+        "(default 600)",
+    )
+    w.add_argument(
+        "--max-past",
+        type=float,
+        default=7 * 86400.0,
+        metavar="S",
+        help="a record dated more than S seconds before this worker's clock is a dead letter "
+        "(default 7 days); see --backfill",
+    )
+    w.add_argument(
+        "--backfill",
+        action="store_true",
+        help="accept records of any age (replays, backfills, the simulator's scenarios)",
+    )
+    w.add_argument(
         "--idle-flush",
         type=float,
         metavar="S",
         help="after S seconds without input, close every open minute (replays, tests)",
     )
     w.add_argument(
-        "--idle-timeout", type=float, metavar="S", help="exit after S seconds without input"
+        "--idle-timeout",
+        type=float,
+        metavar="S",
+        help="exit after S seconds without input, counted once --idle-flush has closed every "
+        "minute (so it needs --idle-flush)",
     )
     w.add_argument(
         "--max-records", type=int, default=5000, metavar="N", help="records per poll (max)"
@@ -83,7 +108,14 @@ def _worker(args: argparse.Namespace) -> int:
     lateness, alert = round(args.lateness * 1000), round(args.alert_lateness * 1000)
     if not 0 <= alert <= lateness:
         raise ConfigError("--alert-lateness must be between 0 and --lateness")
-    config = CoreConfig(lateness_ms=lateness, alert_lateness_ms=alert)
+    if args.idle_timeout is not None and args.idle_flush is None:
+        raise ConfigError("--idle-timeout counts from the idle flush: give --idle-flush too")
+    config = CoreConfig(
+        lateness_ms=lateness,
+        alert_lateness_ms=alert,
+        max_future_ms=round(args.max_future * 1000),
+        max_past_ms=None if args.backfill else round(args.max_past * 1000),
+    )
     web = None
     if args.http:
         host, _, port = args.http.rpartition(":")

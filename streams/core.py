@@ -70,6 +70,11 @@ class CoreConfig:
 
     default_interval_ms: int = 10_000
     idle: IdleConfig = field(default_factory=IdleConfig)
+    #: the receiver's window around its wall clock: a record dated further ahead (a node's
+    #: clock one day off made every node's minutes move a day on), or further back when set,
+    #: is a dead letter. None = no bound (the pure core; replays and backfills of the past).
+    max_future_ms: int | None = None
+    max_past_ms: int | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import heapq
 import json
+import logging
 import time
 import zlib
 from collections import Counter
@@ -25,10 +26,12 @@ from gpugap.consume import DeadLetters, RawMessage
 from gpugap.publish import Publisher
 from schemas import NodeSample, Record, encode
 from schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
+from schemas.types import DeadLetterKind
 
 from .core import CoreConfig, ms
 from .process import Processor, Result
 
+log = logging.getLogger(__name__)
 INPUTS = (SAMPLES, SLURM_JOBS, K8S_PODS)
 #: a buffer this large is drained regardless of the frontier (bounded memory)
 MAX_BUFFERED = 500_000
@@ -94,16 +97,36 @@ class Join:
         """Decode one message (bad bytes -> dead letter) and buffer it in event-time order."""
         self.stats.messages += 1
         rec = await self.dl.decode(raw)
+        t = 0 if rec is None else ms(rec.time)  # type: ignore[attr-defined]
+        if rec is not None and (reason := self._outside_window(t)):
+            await self.dl.route(raw, reason, DeadLetterKind.REJECTED)
+            rec = None
         if rec is None:
             if handle is not None:
                 self.done.append(handle)
             return
-        t = ms(rec.time)  # type: ignore[attr-defined]
         self.latest[tp] = max(self.latest.get(tp, t), t)
         if isinstance(rec, NodeSample):
             self.stats.gpu_samples += len(rec.gpus)
         self._seq += 1
         heapq.heappush(self._buf, (t, self._seq, tp, raw, rec, handle))
+
+    def _outside_window(self, t: int) -> str | None:
+        cfg = self.proc.cfg
+        if cfg.max_future_ms is None and cfg.max_past_ms is None:
+            return None
+        now = int(time.time() * 1000)
+        if cfg.max_future_ms is not None and t > now + cfg.max_future_ms:
+            return (
+                f"event time {(t - now) / 1000:,.0f} s ahead of this worker's clock (more than "
+                f"--max-future {cfg.max_future_ms / 1000:g} s): a producer's clock is wrong"
+            )
+        if cfg.max_past_ms is not None and t < now - cfg.max_past_ms:
+            return (
+                f"event time {(now - t) / 1000:,.0f} s behind this worker's clock (more than "
+                f"--max-past {cfg.max_past_ms / 1000:g} s): replay or backfill with --backfill"
+            )
+        return None
 
     def frontier(self, lagging: Iterable[Any]) -> float:
         """Event time up to which every input has been read (``lagging``: partitions with
@@ -116,8 +139,17 @@ class Join:
         handle_record, taken, done, stats = self.proc.handle, self.taken, self.done, self.stats
         while buf and (buf[0][0] <= frontier or len(buf) > MAX_BUFFERED):
             _, _, tp, raw, rec, handle = heapq.heappop(buf)
-            res = handle_record(rec)
-            if res.minutes or res.alerts or res.allocations or res.refused:  # most give nothing
+            try:
+                res = handle_record(rec)
+            except Exception as exc:
+                # (an exception here at every restart was a crash loop: the record is kept,
+                # with the reason, and the worker goes on)
+                log.warning("dead-lettered a record the core could not process: %r", exc)
+                await self.dl.route(
+                    raw, f"processing failed: {type(exc).__name__}: {exc}", DeadLetterKind.REJECTED
+                )
+                res = None
+            if res is not None and (res.minutes or res.alerts or res.allocations or res.refused):
                 await self.publish(res, raw)
             stats.processed += 1
             if raw.offset is not None:

@@ -247,7 +247,7 @@ def test_workers_run_over_mutual_tls(
             "GPUGAP_KAFKA_TOPIC_PREFIX": kafka_tls.topic_prefix,
             "GPUGAP_LOG_LEVEL": "WARNING",
         }
-        cmd = ["worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3"]
+        cmd = ["worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3", "--backfill"]
         done = subprocess.run(
             [sys.executable, "-m", "gpugap", *cmd],
             env=env,

@@ -57,7 +57,17 @@ async def pipeline(
             await worker.run()
         messages, dead = worker.stats.messages, dict(worker.dl.counts)
     else:  # the Faust app, as ``gpugap worker`` runs it
-        cmd = [*GPUGAP, "worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3"]
+        cmd = [
+            *GPUGAP,
+            "worker",
+            "--http",
+            "",
+            "--idle-flush",
+            "1",
+            "--idle-timeout",
+            "3",
+            "--backfill",
+        ]
         done = await asyncio.to_thread(
             subprocess.run, cmd, env=env_for(kafka), timeout=900, capture_output=True, text=True
         )
@@ -134,7 +144,7 @@ def test_worker_killed_twice_gives_the_same_totals_and_alerts(
         "GPUGAP_LOG_LEVEL": os.environ.get("E2E_LOG_LEVEL", "WARNING"),
     }
     gpugap = [sys.executable, "-m", "gpugap"]
-    worker_cmd = [*gpugap, "worker", "--engine", engine]
+    worker_cmd = [*gpugap, "worker", "--engine", engine, "--backfill"]
     # the whole window first, then workers that catch up: at replay speed 120 s of allowed
     # lateness is a fraction of a wall second, so a live run at 600x would test the broker's
     # fetch timing, not the worker
@@ -193,7 +203,7 @@ def test_faust_worker_rebalanced_gives_the_same_totals_and_alerts(
     env = env_for(kafka)
     sim = [*GPUGAP, "simulate", "--scenario", "demo", "--duration", "2h", "--as-fast-as-possible"]
     subprocess.run([*sim, "--truth", str(truth)], env=env, timeout=300, check=True)
-    base = [*GPUGAP, "worker", "--engine", "faust", "--max-records", "50"]
+    base = [*GPUGAP, "worker", "--engine", "faust", "--max-records", "50", "--backfill"]
     first_port, second_port = free_port(), free_port()
     # a worker waiting for inputs (the group's second, or one in a rebalance) is alive: with
     # a 4 s limit its /healthz would say "stalled" if that wait counted as not polling
