@@ -7,7 +7,7 @@ every error names the field it is about.
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -138,11 +138,21 @@ def k8s_allocation_id(cluster: str, uid: str) -> str:
 # --- scheduler events ---------------------------------------------------------------------
 
 
+def _unique(values: tuple[Any, ...] | None, what: str) -> None:
+    if values is not None and len(set(values)) != len(values):
+        raise ValueError(f"{what}: each GPU may appear once")
+
+
 class NodeGpus(Record):
     node: Name
     gpu_indices: tuple[Annotated[NonNegInt, Field(le=MAX_GPU_INDEX)], ...] = Field(
         default=(), max_length=MAX_GPUS_PER_NODE
     )
+
+    @model_validator(mode="after")
+    def _unique_gpus(self) -> Self:
+        _unique(self.gpu_indices, "gpu_indices")
+        return self
 
 
 class SlurmJobEvent(Record):
@@ -253,6 +263,12 @@ class AllocationEvent(Record):
     name: Text | None = None
     namespace: Name | None = Field(default=None, description="Kubernetes: the pod's namespace")
     time_limit_s: NonNegInt | None = None
+
+    @model_validator(mode="after")
+    def _unique_gpus(self) -> Self:
+        _unique(self.gpu_indices, "gpu_indices")
+        _unique(self.gpu_uuids, "gpu_uuids")
+        return self
 
 
 class GpuMinute(Record):
