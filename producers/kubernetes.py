@@ -4,7 +4,9 @@ Read-only towards the cluster: it lists and watches pods and GETs their owners, 
 (deploy/kubernetes-producer-rbac.yaml). The blocking kubernetes client runs in one watcher
 thread per namespace (``producers/k8s/watcher.py``); this event loop publishes what they hand
 over, flushes, and only then reports progress (``synced_rv``) and writes the restart ledger.
-With ``--once`` it lists, publishes what the list shows, and exits.
+With ``--once`` it lists, publishes what the list shows, and exits. A pod that cannot be
+published goes to ``dead-letter.v1`` with the reason, and the others are published
+(``producers/k8s/bounds.py``).
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from gpugap.classify import Owner, classify_pod, gang_of, owner_and_team
 from gpugap.errors import ConfigError, FatalError
 from gpugap.settings import KubernetesSettings, Settings
 from schemas import Topic
-from schemas.topics import K8S_PODS
+from schemas.topics import DEAD_LETTER, K8S_PODS
 
 from .base import Producer
 from .k8s.handoff import Handoff
 from .k8s.ledger import Ledger
-from .k8s.owners import OwnerResolver, client_fetch
+from .k8s.owners import OwnerResolver, client_fetch, owner_map_keys
 from .k8s.resources import GpuRule
 from .k8s.tracker import Enricher, Enrichment, Tracker
 from .k8s.watcher import Watcher, WatchOptions
@@ -66,6 +68,7 @@ def make_enricher(k8s: KubernetesSettings, resolver: OwnerResolver) -> Enricher:
     def enrich(pod: Mapping[str, Any]) -> Enrichment:
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
+        # read once per pod; a map the rules cannot read makes the pod a dead letter (tracker)
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         chain: list[Owner] = resolver.chain(ns, meta)
         owner, team = owner_and_team(
@@ -112,6 +115,7 @@ class KubernetesProducer(Producer):
         #: namespace ('' = all) -> the last resourceVersion whose events are flushed
         self.synced_rv: dict[str, str] = {}
         self.resolver: OwnerResolver | None = None
+        self.dead_letters = 0  # pods (or watch lines) sent to dead-letter.v1
 
     @classmethod
     def default_topic(cls) -> Topic[Any]:
@@ -133,6 +137,7 @@ class KubernetesProducer(Producer):
             self.rule,
             max_entries=k8s.owner_cache_size,
             ttl_s=k8s.owner_cache_ttl_s,
+            keys=owner_map_keys(k8s),
         )
         enrich = make_enricher(k8s, self.resolver)
         ledger = Ledger(k8s.state_file, self.cluster)
@@ -192,6 +197,9 @@ class KubernetesProducer(Producer):
             for record in batch.records:
                 await self.emit(record)
                 ledger.note(record)
+            for dead in batch.dead:
+                await self.emit(dead, DEAD_LETTER)
+            self.dead_letters += len(batch.dead)
             if batch.resource_version:
                 progress[batch.namespace] = batch.resource_version
             if batch.synced:

@@ -13,8 +13,8 @@ from gpugap.publish import JsonlPublisher, Publisher
 from gpugap.settings import KubernetesSettings, Settings
 from producers import run_producer
 from producers.kubernetes import KubernetesProducer
-from schemas import K8sPodEvent, decode
-from schemas.topics import K8S_PODS
+from schemas import DeadLetter, K8sPodEvent, decode
+from schemas.topics import DEAD_LETTER, K8S_PODS
 from tests.k8s_api import ApiServer, FakeCluster
 
 
@@ -31,13 +31,20 @@ def settings_for(kubeconfig: Path, **k8s: Any) -> Settings:
     return Settings(cluster="test", k8s=KubernetesSettings(**opts))
 
 
-def read_events(path: Path) -> list[K8sPodEvent]:
+def _read(path: Path, topic: str) -> list[bytes]:
     if not path.exists():
         return []
-    return [
-        decode(K8S_PODS, json.dumps(json.loads(line)["value"]).encode())
-        for line in path.read_text().splitlines()
-    ]
+    lines = (json.loads(line) for line in path.read_text().splitlines())
+    return [json.dumps(doc["value"]).encode() for doc in lines if doc["topic"] == topic]
+
+
+def read_events(path: Path) -> list[K8sPodEvent]:
+    """The pod events a JSONL run published (dead letters share the file)."""
+    return [decode(K8S_PODS, value) for value in _read(path, K8S_PODS.name)]
+
+
+def read_dead_letters(path: Path) -> list[DeadLetter]:
+    return [decode(DEAD_LETTER, value) for value in _read(path, DEAD_LETTER.name)]
 
 
 class Running:

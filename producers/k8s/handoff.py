@@ -5,9 +5,9 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from schemas import K8sPodEvent
+from schemas import DeadLetter, K8sPodEvent
 
 
 class Stopped(Exception):
@@ -16,13 +16,15 @@ class Stopped(Exception):
 
 @dataclass
 class Batch:
-    """What one watcher hands over: records in order, and how far it has read."""
+    """What one watcher hands over: records in order, how far it has read, and the dead
+    letters of what it read but could not turn into records."""
 
     namespace: str
     records: list[K8sPodEvent]
     resource_version: str | None
     synced: bool = False  # a full list has been handed over (``--once`` ends after it)
     error: BaseException | None = None
+    dead: list[DeadLetter] = field(default_factory=list)
 
 
 class Handoff:

@@ -11,11 +11,13 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from gpugap.classify import Owner
+from gpugap.settings import KubernetesSettings
 
+from .bounds import str_map
 from .resources import GpuRule
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,14 @@ RESOLVABLE: dict[tuple[str, str], str] = {
     ("serving.kserve.io", "InferenceService"): "inferenceservices",
 }
 MAX_DEPTH = 6
+#: what gpugap.classify reads from an owner's labels and annotations besides the configured
+#: owner, team and class keys (``owner_map_keys``): gang_of, a Kueue queue on a Job
+OWNER_RULE_KEYS = ("kueue.x-k8s.io/queue-name",)
+
+
+def owner_map_keys(k8s: KubernetesSettings) -> frozenset[str]:
+    """The label/annotation keys of an owner that the rules read: all the cache keeps."""
+    return frozenset((*k8s.owner_labels, *k8s.team_labels, k8s.class_label, *OWNER_RULE_KEYS))
 
 
 def controller_ref(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -95,7 +105,9 @@ class OwnerResolver:
 
     ``fetch(group, version, namespace, plural, name)`` returns the object, ``None`` when it
     is gone or forbidden (the chain stops there), and raises on transient errors (retried a
-    few times, then the chain stops short and is not cached).
+    few times, then the chain stops short and is not cached). With ``keys``, an owner keeps
+    only those labels and annotations: owners carry large ones (kubectl's
+    last-applied-configuration) and the cache holds thousands of owners.
     """
 
     def __init__(
@@ -107,9 +119,11 @@ class OwnerResolver:
         ttl_s: float = 600.0,
         retries: int = 2,
         clock: Callable[[], float] = time.monotonic,
+        keys: Collection[str] | None = None,
     ) -> None:
         self._fetch = fetch
         self._rule = rule
+        self._keys = keys
         self._cache: OrderedDict[tuple[str, ...], tuple[float, Owner | None, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self.max_entries, self.ttl_s, self.retries, self._clock = max_entries, ttl_s, retries, clock
@@ -173,8 +187,8 @@ class OwnerResolver:
             kind=kind,
             name=meta.get("name", ""),
             api_version=obj.get("apiVersion", ""),
-            labels=dict(meta.get("labels") or {}),
-            annotations=dict(meta.get("annotations") or {}),
+            labels=str_map(meta.get("labels"), self._keys),
+            annotations=str_map(meta.get("annotations"), self._keys),
             gpu_pods=gpu_pods,
         )
         return owner, controller_ref(meta)

@@ -12,7 +12,13 @@ from typing import Any
 
 from schemas.types import TerminationReason
 
+from .bounds import Rejected
+
 Obj = Mapping[str, Any]
+#: containers (and, separately, init containers) read from one pod spec. Kubernetes sets no
+#: number, only the object's size (about 1.5 MB); real pods have a handful. A spec with more
+#: is refused (one dead letter) rather than read in full on every update of the pod.
+MAX_CONTAINERS = 512
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _SUFFIX = {
@@ -79,12 +85,12 @@ class GpuRule:
         the sidecars started before it. Without sidecars: max(largest init, sum of apps).
         """
         apps: dict[str, int] = {}
-        for c in spec.get("containers") or ():
+        for c in _containers(spec, "containers"):
             for name, n in self._container(c).items():
                 apps[name] = apps.get(name, 0) + n
         sidecars: dict[str, int] = {}
         peak: dict[str, int] = {}
-        for c in spec.get("initContainers") or ():
+        for c in _containers(spec, "initContainers"):
             req = self._container(c)
             if c.get("restartPolicy") == "Always":
                 for name, n in req.items():
@@ -106,6 +112,13 @@ class GpuRule:
         return sum(self.pod_gpus(spec).values())
 
 
+def _containers(spec: Obj, key: str) -> Sequence[Obj]:
+    found: Sequence[Obj] = spec.get(key) or ()
+    if len(found) > MAX_CONTAINERS:
+        raise Rejected(f"spec.{key}: {len(found)} containers (more than {MAX_CONTAINERS})")
+    return found
+
+
 def gpu_summary(counts: Mapping[str, int]) -> tuple[int, str | None]:
     """(GPU devices, resource name) — several resource names are listed, comma-separated."""
     if not counts:
@@ -120,7 +133,12 @@ def parse_time(value: object) -> datetime | None:
         t = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t
+    try:
+        t.astimezone(UTC)
+    except OverflowError:  # e.g. year 9999 with an offset: no UTC instant to record
+        return None
+    return t
 
 
 def _condition(pod: Obj, kind: str) -> Obj | None:
@@ -189,7 +207,10 @@ def deletion_requested(pod: Obj) -> datetime | None:
     t = parse_time(meta.get("deletionTimestamp"))
     if t is None:
         return None
-    return t - timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+    try:
+        return t - timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+    except (TypeError, ValueError, OverflowError):  # an unreadable grace period: none
+        return t
 
 
 def disruption_reason(pod: Obj) -> TerminationReason | None:

@@ -8,19 +8,34 @@ still yields its bound/running/terminated events, nothing is emitted twice, and 
 emitted that the object does not show. Event ids are ``k8s/<cluster>/<uid>/<kind>`` and event
 times come from the object (PodScheduled, container start/finish, deletion request), so a
 restarted producer re-emits the same ids with the same times: downstream dedupes by id.
+
+One pod's object never stops the others (``observe``): values over the schema's bounds are
+truncated (``bounds.py``); an object version that still cannot become records is a dead
+letter (``take_dead``) and nothing of it is emitted. A pod refused before anything of it was
+reported is left alone from then on (one dead letter per pod, however often it changes); one
+already reported is tried again at its next change, so that its end can still be reported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from schemas import K8sPodEvent, utc_now
-from schemas.types import EventSource, PodEventKind, PodPhase, TerminationReason, WorkloadClass
+from schemas import DeadLetter, K8sPodEvent, utc_now
+from schemas.types import (
+    MAX_GPUS_PER_NODE,
+    EventSource,
+    PodEventKind,
+    PodPhase,
+    TerminationReason,
+    WorkloadClass,
+)
 
+from . import bounds as b
 from . import resources as r
 
 log = logging.getLogger(__name__)
@@ -28,6 +43,8 @@ log = logging.getLogger(__name__)
 ORDER = (PodEventKind.BOUND, PodEventKind.RUNNING, PodEventKind.TERMINATED, PodEventKind.DELETED)
 BIT = {kind: 1 << i for i, kind in enumerate(ORDER)}
 PHASES = {p.value: p for p in PodPhase}
+#: distinct enrichments kept for sharing between pods (a cache: clearing it loses nothing)
+SHARED_MAX = 10_000
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,25 @@ class Enrichment:
     team: str | None = None
     gang_id: str | None = None
     gang_size: int | None = None
+
+    def bounded(self) -> Enrichment:
+        """Within the schema's bounds: long values truncated with a marker (``bounds.fit``),
+        a gang size no gang has dropped. Kept so in the tracker, too."""
+        longest = max(
+            len(self.owner_kind or ""), len(self.owner_name or ""), len(self.owner or ""),
+            len(self.team or ""), len(self.gang_id or ""),
+        )  # fmt: skip
+        if longest <= b.SHORTEST and b.gang_size(self.gang_size) == self.gang_size:
+            return self  # nearly every pod: no copy
+        return dataclasses.replace(
+            self,
+            owner_kind=b.fit("owner_kind", self.owner_kind),
+            owner_name=b.fit("owner_name", self.owner_name),
+            owner=b.fit("owner", self.owner),
+            team=b.fit("team", self.team),
+            gang_id=b.fit("gang_id", self.gang_id),
+            gang_size=b.gang_size(self.gang_size),
+        )
 
 
 @dataclass(slots=True)
@@ -58,6 +94,7 @@ class PodState:
     ended: datetime | None = None
     enrichment: Enrichment | None = None
     resource_version: str | None = None
+    rejected: bool = False  # dead-lettered before anything was reported: ignored from now on
 
     def has(self, kind: PodEventKind) -> bool:
         return bool(self.emitted & BIT[kind])
@@ -83,6 +120,29 @@ class Tracker:
         self.pods: dict[str, PodState] = {}
         self._shared: dict[Enrichment, Enrichment] = {}
         self._listed: set[str] | None = None
+        self._dead: list[DeadLetter] = []
+        self.rejected = 0  # object versions (and unreadable watch events) dead-lettered
+
+    def take_dead(self) -> list[DeadLetter]:
+        """Dead letters made since the last call (the watcher hands them over with records)."""
+        dead, self._dead = self._dead, []
+        return dead
+
+    def reject(
+        self,
+        what: str,
+        exc: BaseException,
+        *,
+        pod: object = None,
+        raw: bytes | None = None,
+        uid: object = None,
+    ) -> None:
+        """Dead-letter what could not be read or published; the watch goes on."""
+        kind, reason = b.why(exc)
+        log.warning("%s: dead-lettered (%s): %s", what, kind.value, b.clip(reason, 300))
+        self.rejected += 1
+        dead = b.dead_letter(self.cluster, what, kind, reason, pod=pod, raw=raw, uid=uid)
+        self._dead.append(dead)
 
     # --- restart ledger -------------------------------------------------------------------
     def seed(self, entries: Iterable[tuple[Iterable[PodEventKind], K8sPodEvent]]) -> None:
@@ -102,23 +162,51 @@ class Tracker:
 
     # --- watch events ---------------------------------------------------------------------
     def observe(self, kind: str, pod: Mapping[str, Any]) -> list[K8sPodEvent]:
-        """One watch event (ADDED, MODIFIED, DELETED) or one listed object (ADDED)."""
-        meta = pod.get("metadata") or {}
-        uid = meta.get("uid")
-        if not uid:
-            return []
+        """One watch event (ADDED, MODIFIED, DELETED) or one listed object (ADDED): its
+        records; or none, and a dead letter (see the module docstring)."""
+        meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+        if not isinstance(meta, Mapping) or not isinstance(uid := meta.get("uid"), str) or not uid:
+            return []  # nothing to key it by (the API server always sets it)
         if self._listed is not None:
             self._listed.add(uid)
         st = self.pods.get(uid)
-        if st is None:
+        if st is not None and st.rejected:
             if kind == "DELETED":
-                return []
-            gpus, resource = r.gpu_summary(self.rule.pod_gpus(pod.get("spec") or {}))
-            if not gpus:
-                return []  # not a GPU pod: never tracked
-            ns = meta.get("namespace", "")
-            st = self.pods[uid] = PodState(uid, ns, meta["name"], gpus, resource)
-        return self._advance(st, pod, deleted=kind == "DELETED")
+                del self.pods[uid]
+            return []
+        emitted = st.emitted if st is not None else 0
+        try:
+            if st is None:
+                if kind == "DELETED":
+                    return []
+                st = self._track(uid, meta, pod)
+                if st is None:
+                    return []  # not a GPU pod: never tracked
+            return self._advance(st, pod, deleted=kind == "DELETED")
+        except Exception as exc:  # this pod's object only: every other pod goes on
+            ns, name = b.clip(meta.get("namespace")), b.clip(meta.get("name"))
+            self.reject(f"pod {ns}/{name} (uid {b.clip(uid)})", exc, pod=pod, uid=uid)
+            if st is None:  # refused on sight: remembered, so that its changes say nothing
+                st = self.pods[uid] = PodState(uid, "", "", 0, None)
+            st.emitted = emitted  # nothing of this version was emitted, so none of it is marked
+            st.rejected = not st.has(PodEventKind.BOUND)
+            if kind == "DELETED":
+                self.pods.pop(uid, None)
+            return []
+
+    def _track(self, uid: str, meta: Mapping[str, Any], pod: Mapping[str, Any]) -> PodState | None:
+        gpus, resource = r.gpu_summary(self.rule.pod_gpus(pod.get("spec") or {}))
+        if not gpus:
+            return None
+        if gpus > MAX_GPUS_PER_NODE:  # a pod runs on one node: not a number to truncate
+            raise b.Rejected(
+                f"{gpus} GPUs requested, more than one node has ({MAX_GPUS_PER_NODE}, "
+                "schemas.types.MAX_GPUS_PER_NODE)"
+            )
+        ns = meta.get("namespace", "")
+        st = PodState(uid, ns, meta["name"], gpus, b.fit("gpu_resource", resource))
+        self.pods[uid] = st
+        return st
 
     def _advance(self, st: PodState, pod: Mapping[str, Any], *, deleted: bool) -> list[K8sPodEvent]:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
@@ -174,11 +262,12 @@ class Tracker:
         pod: Mapping[str, Any] | None,
     ) -> K8sPodEvent:
         if st.enrichment is None:
-            e = self.enrich(pod) if pod is not None else Enrichment()
+            e = self.enrich(pod).bounded() if pod is not None else Enrichment()
+            if len(self._shared) >= SHARED_MAX:
+                self._shared.clear()
             st.enrichment = self._shared.setdefault(e, e)  # pods of one owner share theirs
         e = st.enrichment
-        st.mark(kind)
-        return K8sPodEvent(
+        event = K8sPodEvent(
             event_id=f"k8s/{self.cluster}/{st.uid}/{kind.value}",
             kind=kind,
             time=when or self.now(),
@@ -201,3 +290,5 @@ class Tracker:
             gang_size=e.gang_size,
             resource_version=st.resource_version,
         )
+        st.mark(kind)  # once the record exists: one that could not be made is not taken as sent
+        return event

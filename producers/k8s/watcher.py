@@ -9,6 +9,11 @@ the watch cannot resume: relist, and the tracker diffs the new list against what
 from the last resourceVersion it saw (a bookmark or an object), with backoff and jitter when
 errors repeat. ``stop()`` sets a flag and shuts the socket of the stream in progress, so the
 thread ends promptly (at most one read timeout when it is inside a request).
+
+A pod object (listed or watched) that cannot be published, or a watch line that is not an
+event, is a dead letter handed over with the batch it came in, and reading goes on past it:
+retrying cannot change what the server sends, so a relist or a reconnection would only read
+it again, for ever, and hold back every other pod.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpugap.errors import MalformedRecord
 from schemas import K8sPodEvent
 
 from .handoff import Batch, Handoff, Stopped
+from .stream import lines, parse_event, resource_version
 from .tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -178,9 +185,13 @@ class Watcher(threading.Thread):
             cont = meta.get("continue")
             if not cont:
                 records += self.tracker.end_list()
-                self.handoff.put(Batch(self.namespace, records, rv, synced=True), self.stopping)
+                self._hand(Batch(self.namespace, records, rv, synced=True))
                 return rv
-            self.handoff.put(Batch(self.namespace, records, None), self.stopping)
+            self._hand(Batch(self.namespace, records, None))
+
+    def _hand(self, batch: Batch) -> None:
+        batch.dead = self.tracker.take_dead()
+        self.handoff.put(batch, self.stopping)
 
     def _get_json(self, **kw: Any) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
@@ -220,11 +231,18 @@ class Watcher(threading.Thread):
             raise
         self._resp = resp
         try:
-            for chunk_lines in _lines(resp):
+            for chunk_lines in lines(resp):
                 records: list[K8sPodEvent] = []
                 for line in chunk_lines:
-                    event = json.loads(line)
-                    etype, obj = event.get("type"), event.get("object") or {}
+                    event = parse_event(line)
+                    if event is None:
+                        self.tracker.reject(
+                            f"pods{self._where}: watch event after resourceVersion {self.rv}",
+                            MalformedRecord("not a watch event (a JSON object with an object)"),
+                            raw=line,
+                        )
+                        continue
+                    etype, obj = event
                     if etype == "ERROR":
                         if obj.get("code") == 410:
                             raise Expired
@@ -232,8 +250,8 @@ class Watcher(threading.Thread):
                     if etype != "BOOKMARK":
                         self.stats.objects += 1
                         records += self.tracker.observe(etype, obj)
-                    self.rv = (obj.get("metadata") or {}).get("resourceVersion") or self.rv
-                self.handoff.put(Batch(self.namespace, records, self.rv), self.stopping)
+                    self.rv = resource_version(obj) or self.rv
+                self._hand(Batch(self.namespace, records, self.rv))
                 self._failures = 0
         finally:
             self._resp = None
@@ -262,16 +280,3 @@ def _timed_out(exc: BaseException, urllib3_timeout: type[BaseException]) -> bool
         if not isinstance(seen, BaseException):
             return False
     return False
-
-
-def _lines(resp: Any) -> Iterator[list[bytes]]:
-    """Complete lines per read (a watch sends one JSON object per line)."""
-    tail = b""
-    for chunk in resp.stream(65536, decode_content=True):
-        parts = (tail + chunk).split(b"\n")
-        tail = parts.pop()
-        lines = [p for p in parts if p.strip()]
-        if lines:
-            yield lines
-    if tail.strip():
-        yield [tail]
