@@ -109,7 +109,12 @@ def _sink(args: argparse.Namespace) -> int:
     from sinks.clickhouse import ClickHouseSink
 
     settings = _settings()
-    sink = ClickHouseSink(settings.clickhouse, max_records=args.max_records, max_age_s=args.max_age)
+    sink = ClickHouseSink(
+        settings.clickhouse,
+        max_records=args.max_records,
+        max_age_s=args.max_age,
+        idle_policy=settings.idle.policy(),
+    )
 
     async def run() -> None:
         loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gpugap.classify import CLASS_LABEL, ClassRule
 from gpugap.errors import ConfigError
+from schemas.types import WorkloadClass
 
 if TYPE_CHECKING:
     import ssl
@@ -370,6 +371,34 @@ class SlurmSettings(BaseSettings):
     )
 
 
+class IdleSettings(BaseSettings):
+    """``GPUGAP_IDLE_*``: the idle policy, one source for the stream's alerts, the warehouse's
+    rollups and ``v_idle_now`` (the sink writes it into ``idle_policy``)."""
+
+    model_config = _config("GPUGAP_IDLE_")
+
+    threshold: float = Field(
+        default=0.05, ge=0.0, le=1.0, description="an allocated GPU below this activity is idle"
+    )
+    minutes: int = Field(default=10, ge=1, le=1440, description="idle minutes before an alert")
+    class_thresholds: dict[WorkloadClass, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
+        default_factory=dict, description='per class, JSON: {"interactive": 0.02}'
+    )
+    class_minutes: dict[WorkloadClass, Annotated[int, Field(ge=1, le=1440)]] = Field(
+        default_factory=dict, description='per class, JSON: {"interactive": 60}'
+    )
+
+    def policy(self) -> dict[str, tuple[float, int]]:
+        """(threshold, minutes) for each class, and for '' (no class)."""
+        out = {"": (self.threshold, self.minutes)}
+        for w in WorkloadClass:
+            out[w.value] = (
+                self.class_thresholds.get(w, self.threshold),
+                self.class_minutes.get(w, self.minutes),
+            )
+        return out
+
+
 class Settings(BaseSettings):
     model_config = _config("GPUGAP_")
 
@@ -382,6 +411,7 @@ class Settings(BaseSettings):
     nvml: NvmlSettings = Field(default_factory=NvmlSettings)
     dcgm: DcgmSettings = Field(default_factory=DcgmSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    idle: IdleSettings = Field(default_factory=IdleSettings)
 
     def masked(self) -> dict[str, Any]:
         """The effective configuration with every secret shown as '**********'."""

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -106,17 +106,22 @@ DEAD_LETTER_COLUMNS = [
 # ClickHouse codes meaning "this data is wrong", as opposed to "try again later"
 _DATA_ERROR_CODES = {6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 321, 386, 457}
 
+# idle minutes by the class's threshold in idle_policy (the stream's, from GPUGAP_IDLE_*)
 ROLLUP = """
 INSERT INTO gpu_hours
-SELECT toStartOfHour(minute) AS hour, cluster, node, gpu_uuid, allocation_id,
-    any(scheduler), any(workload_class), any(owner), any(team), any(gang_id),
-    sum(allocated_ms) / 1000, sumIf(allocated_ms, no_samples = 1) / 1000,
-    sum(unallocated_ms) / 1000, sum(consumed_ms) / 1000, count(),
-    countIf(allocated_ms > 0 AND no_samples = 0 AND consumed_ms < 0.05 * allocated_ms),
-    max(activity_max_bp) / 10000, now64(3)
-FROM gpu_minutes FINAL
-WHERE minute >= {start:DateTime} AND minute < {end:DateTime}
-GROUP BY hour, cluster, node, gpu_uuid, allocation_id
+SELECT toStartOfHour(m.minute) AS hour, m.cluster, m.node, m.gpu_uuid, m.allocation_id,
+    any(m.scheduler), any(m.workload_class), any(m.owner), any(m.team), any(m.gang_id),
+    sum(m.allocated_ms) / 1000, sumIf(m.allocated_ms, m.no_samples = 1) / 1000,
+    sum(m.unallocated_ms) / 1000, sum(m.consumed_ms) / 1000, count(),
+    countIf(m.allocated_ms > 0 AND m.no_samples = 0
+        AND m.consumed_ms < p.threshold * m.allocated_ms),
+    max(m.activity_max_bp) / 10000, now64(3)
+FROM (
+    SELECT * FROM gpu_minutes FINAL WHERE minute >= {start:DateTime} AND minute < {end:DateTime}
+) AS m
+LEFT JOIN (SELECT workload_class, threshold FROM idle_policy FINAL) AS p
+    ON p.workload_class = m.workload_class
+GROUP BY hour, m.cluster, m.node, m.gpu_uuid, m.allocation_id
 """
 
 
@@ -274,17 +279,33 @@ class ClickHouseSink(BatchingSink):
     topics = (MINUTES, SLURM_JOBS, K8S_PODS, ALERTS, DEAD_LETTER)
 
     def __init__(
-        self, settings: ClickHouseSettings, *, rollup_interval_s: float = 5.0, **batching: Any
+        self,
+        settings: ClickHouseSettings,
+        *,
+        rollup_interval_s: float = 5.0,
+        idle_policy: Mapping[str, tuple[float, int]] | None = None,
+        **batching: Any,
     ) -> None:
         super().__init__(**batching)
         self.settings = settings
         self.rollup_interval_s = rollup_interval_s
+        #: (threshold, minutes) per class ('' = none), written to idle_policy at start
+        self.idle_policy = idle_policy
         self._client: Any = None
         self._dirty_hours: set[datetime] = set()
         self._last_rollup = 0.0
 
     async def start(self) -> None:
         self._client = await asyncio.to_thread(connect, self.settings)
+        if self.idle_policy:
+            now = datetime.now(UTC)
+            rows = [[c, t, m, now] for c, (t, m) in sorted(self.idle_policy.items())]
+            await asyncio.to_thread(
+                self._client.insert,
+                "idle_policy",
+                rows,
+                column_names=["workload_class", "threshold", "minutes", "updated_at"],
+            )
         # minutes stored before a crash whose hour was never rolled up: find and redo them
         self._dirty_hours |= await asyncio.to_thread(self._stale_hours)
 

@@ -61,6 +61,20 @@ def register(sub: Any, cmd: Cmd) -> None:
         help="accept records of any age (replays, backfills, the simulator's scenarios)",
     )
     w.add_argument(
+        "--idle-threshold",
+        type=float,
+        metavar="X",
+        help="activity below X (0..1) is idle (default GPUGAP_IDLE_THRESHOLD, 0.05; per class: "
+        "GPUGAP_IDLE_CLASS_THRESHOLDS)",
+    )
+    w.add_argument(
+        "--idle-minutes",
+        type=int,
+        metavar="N",
+        help="idle minutes before an alert opens (default GPUGAP_IDLE_MINUTES, 10; per class: "
+        "GPUGAP_IDLE_CLASS_MINUTES)",
+    )
+    w.add_argument(
         "--idle-flush",
         type=float,
         metavar="S",
@@ -113,6 +127,7 @@ def _worker(args: argparse.Namespace) -> int:
     config = CoreConfig(
         lateness_ms=lateness,
         alert_lateness_ms=alert,
+        idle=idle_config(settings.idle, args.idle_threshold, args.idle_minutes),
         max_future_ms=round(args.max_future * 1000),
         max_past_ms=None if args.backfill else round(args.max_past * 1000),
     )
@@ -147,6 +162,24 @@ def _worker(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def idle_config(idle: Any, threshold: float | None = None, minutes: int | None = None) -> Any:
+    """The stream's IdleConfig from the idle settings (IdleSettings), with the flags' overrides
+    of the defaults (per-class values stay as configured)."""
+    from gpugap.errors import ConfigError
+    from streams.detect_idle import IdleConfig
+
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise ConfigError(f"--idle-threshold must be between 0 and 1, got {threshold}")
+    if minutes is not None and minutes < 1:
+        raise ConfigError(f"--idle-minutes must be at least 1, got {minutes}")
+    return IdleConfig(
+        threshold=idle.threshold if threshold is None else threshold,
+        minutes=idle.minutes if minutes is None else minutes,
+        per_class_threshold={k.value: v for k, v in idle.class_thresholds.items()},
+        per_class_minutes={k.value: v for k, v in idle.class_minutes.items()},
+    )
 
 
 async def _asyncio_worker(

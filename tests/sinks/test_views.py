@@ -189,3 +189,30 @@ def test_a_resolve_at_the_same_time_as_the_update_before_it_reads_back_resolved(
         assert c.query("SELECT count() FROM v_partial_gangs_now").result_rows == [(0,)]
     finally:
         c.close()
+
+
+def test_the_idle_policy_the_sink_writes_is_the_one_rollups_and_v_idle_now_use(
+    clickhouse: ClickHouseSettings,
+) -> None:
+    """Before, the rollup and v_idle_now said 0.05 in their SQL whatever the stream used."""
+
+    async def store() -> None:
+        sink = ClickHouseSink(
+            clickhouse, idle_policy={"": (0.05, 10), "batch": (0.6, 5), "service": (0.05, 10)}
+        )
+        await sink.start()
+        await sink.write(records())
+        await sink.close()
+
+    asyncio.run(store())
+    c = connect(clickhouse)
+    try:
+        idle = c.query("SELECT allocation_id FROM v_idle_now ORDER BY 1").result_rows
+        # slurm/c/1: one GPU at 50 %, one at 0 %: idle under batch's 0.6, not under 0.05
+        assert idle == [("slurm/c/1",), ("slurm/c/2",)]
+        gap = c.query(
+            "SELECT allocation_id, idle_gpu_h FROM v_capacity_gap_daily ORDER BY allocation_id"
+        ).result_rows
+        assert gap == [("slurm/c/1", 4.0), ("slurm/c/2", 2.0)]
+    finally:
+        c.close()

@@ -182,3 +182,18 @@ def test_open_minutes_counts_seen_minutes_not_closed_and_none_after_a_flush() ->
     assert p.open_minutes() == 2
     p.advance(120_000)  # the worker's idle flush: every minute seen closes
     assert p.open_minutes() == 0
+
+
+def test_the_workers_idle_policy_comes_from_the_idle_settings_and_its_flags() -> None:
+    from gpugap.settings import IdleSettings
+    from streams.cli import idle_config
+
+    idle = IdleSettings(class_thresholds={"interactive": 0.2}, class_minutes={"batch": 30})
+    cfg = idle_config(idle)
+    assert cfg.for_class("interactive") == (0.2, 10)
+    assert cfg.for_class("batch") == (0.05, 30)
+    assert cfg.for_class(None) == (0.05, 10)
+    flagged = idle_config(idle, threshold=0.1, minutes=3)
+    assert flagged.for_class("service") == (0.1, 3)
+    assert flagged.for_class("interactive") == (0.2, 3)
+    assert idle.policy()["interactive"] == (0.2, 10)
