@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpugap.admin import prepare
 from gpugap.errors import InvalidRecord
 from gpugap.publish import Publisher
 from gpugap.settings import KafkaSettings
@@ -110,8 +111,10 @@ async def consume(
     """
     from aiokafka import AIOKafkaConsumer
 
+    names = [] if pattern else [settings.topic_prefix + t for t in topics]
+    await prepare(settings, names, group)
     consumer = AIOKafkaConsumer(
-        *([] if pattern else [settings.topic_prefix + t for t in topics]),
+        *names,
         **settings.client_options(),
         group_id=group,
         enable_auto_commit=False,

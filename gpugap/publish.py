@@ -15,6 +15,7 @@ from typing import IO, Any, Self
 
 from aiokafka.partitioner import DefaultPartitioner
 
+from gpugap.admin import ensure_topics
 from gpugap.errors import RetriableError
 from gpugap.settings import KafkaSettings
 from schemas import Record, Topic, decode, encode
@@ -165,6 +166,8 @@ class KafkaPublisher(Publisher):
         await self._ship_all()
 
     async def _load_partitions(self, topic: str) -> list[int]:
+        # created first where missing: auto-creation would log "not found" at ERROR
+        await ensure_topics(self.settings, [topic])
         found = sorted(await self._producer.partitions_for(topic))
         self._partitions[topic] = found
         return found

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import IO, Any
 
+from gpugap.admin import ensure_topics
 from gpugap.errors import ConfigError, InvalidRecord
 from gpugap.settings import KafkaSettings
 from schemas import Topic, by_name, decode, encode
@@ -51,6 +52,7 @@ async def record(
         wanted = {settings.topic_prefix + by_name(t).name: by_name(t) for t in topics}
     except InvalidRecord as exc:
         raise ConfigError(f"record: {exc.reason}") from None
+    await ensure_topics(settings, wanted)  # subscribing to a missing one logs an ERROR
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []

@@ -11,6 +11,7 @@ How records are checked, checkpointed and handed over in rebalances: ``streams.f
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from typing import Any
@@ -137,6 +138,7 @@ def _credentials(kafka: KafkaSettings) -> Any:
 def run(settings: Settings, opts: AppOptions, loglevel: str = "WARNING") -> Runner:
     """Run the app in this process until SIGTERM/SIGINT or the idle timeout."""
     app, runner = create_app(settings, opts)
+    _prepare(settings.kafka, runner.inputs, app.conf.id)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
@@ -144,6 +146,19 @@ def run(settings: Settings, opts: AppOptions, loglevel: str = "WARNING") -> Runn
         if exc.code not in (0, None):
             raise
     return runner
+
+
+def _prepare(kafka: KafkaSettings, inputs: set[str], group: str) -> None:
+    """The inputs exist and the group can be joined before Faust subscribes (else aiokafka
+    logs ERRORs on a fresh broker); on a loop of its own: Faust's worker runs on the thread's
+    default loop, which this must neither close nor replace."""
+    from gpugap.admin import prepare
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(prepare(kafka, sorted(inputs), group))
+    finally:
+        loop.close()
 
 
 def __getattr__(name: str) -> Any:

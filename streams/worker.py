@@ -14,11 +14,11 @@ offsets stored with it, so nothing is lost and nothing is counted twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
 
+from gpugap.admin import ensure_topics, wait_for_coordinator
 from gpugap.consume import RawMessage
 from gpugap.errors import RetriableError
 from gpugap.publish import Publisher
@@ -102,24 +102,21 @@ class Worker:
         return already_taken(self._restored, m.topic, m.partition, m.offset)
 
     async def _ensure_state_topic(self) -> None:
-        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-        from aiokafka.errors import TopicAlreadyExistsError
+        from aiokafka.admin import AIOKafkaAdminClient
 
+        names = [t.qualified(self.kafka.topic_prefix) for t in INPUTS]
+        await ensure_topics(self.kafka, names)  # a worker started before its producers
+        await ensure_topics(
+            self.kafka, [self.state_topic], partitions=1, configs={"cleanup.policy": "compact"}
+        )
         admin = AIOKafkaAdminClient(**self.kafka.client_options())
         await admin.start()
         try:
-            names = [t.qualified(self.kafka.topic_prefix) for t in INPUTS]
             for d in await admin.describe_topics(names):
                 parts = sorted(p["partition"] for p in d.get("partitions") or ())
                 if d.get("error_code") or not parts:
                     raise RetriableError(f"worker: input topic {d.get('topic')} is not there yet")
                 self._partitions[d["topic"]] = parts
-            if self.state_topic not in await admin.list_topics():
-                topic = NewTopic(
-                    self.state_topic, 1, 1, topic_configs={"cleanup.policy": "compact"}
-                )
-                with contextlib.suppress(TopicAlreadyExistsError):
-                    await admin.create_topics([topic])
         finally:
             await admin.close()
 
@@ -172,6 +169,7 @@ class Worker:
         from aiokafka import AIOKafkaConsumer
 
         restored = await self._restore()
+        await wait_for_coordinator(self.kafka, self.group)  # its commits need the coordinator
         consumer = AIOKafkaConsumer(
             **self.kafka.client_options(),
             group_id=self.group,
