@@ -1,7 +1,8 @@
 """``gpugap produce slurm``: the poller that reconciles the hooks with what Slurm reports.
 
 Every ``interval_s`` it lists the jobs slurmctld remembers (pyslurm when it imports and
-matches the site's Slurm, else ``squeue --json``, else ``scontrol -o show job -d``) and
+matches the site's Slurm, else ``squeue --json``, else ``scontrol -o show job -d`` with
+``squeue -o %A``) and
 emits a start for every job that started and an end for every job that ended, once each.
 Event ids are those the hooks use (``slurm/<cluster>/<job>/<kind>``), so a job both saw is
 one job after dedupe, and a job the hooks missed (hook not configured, slurmctld restarted
@@ -143,7 +144,7 @@ class SlurmProducer(Producer):
             except sources.CommandError as exc:
                 log.warning("slurm: squeue --json failed (%s); using scontrol from now on", exc)
                 self.source = "scontrol"
-        return await sources.scontrol_all(s.scontrol, t)
+        return await sources.scontrol_all(s.scontrol, s.squeue, t)
 
     async def backfill(self, since: int) -> None:
         """Every job sacct knows that ran or ended since ``since`` (epoch seconds)."""

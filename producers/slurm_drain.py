@@ -6,6 +6,10 @@ the project's Kafka publisher (aiokafka: TLS/SASL, idempotent, acks=all). A spoo
 that is not a valid record goes to the dead-letter topic instead of blocking the rest; a file
 is deleted only after the broker acknowledged it, so a crash mid-way loses nothing (at worst
 an event is sent twice, with the same event_id).
+
+What the spool holds is not only job events: a prolog that could not read its job from
+scontrol in time spools a dead letter where the start event would be. The drainer says how
+many records it shipped to each topic, so "shipped 40" is never read as 40 job events.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 from gpugap.consume import DeadLetters, RawMessage
@@ -30,13 +35,18 @@ START_TTL_S = 30 * 86400  # start records of jobs whose end never came
 
 
 async def drain_once(
-    root: str | Path, publisher: Publisher, dead: DeadLetters, limit: int = 10_000
+    root: str | Path,
+    publisher: Publisher,
+    dead: DeadLetters,
+    limit: int = 10_000,
+    by_topic: Counter[str] | None = None,
 ) -> int:
-    """Ship up to ``limit`` spooled events; returns how many were shipped."""
+    """Ship up to ``limit`` spooled events; returns how many were shipped, and adds them to
+    ``by_topic`` per topic (spooled names, without the deployment's prefix)."""
     root = str(root)
     spool.recover(root)
     claimed: list[str] = []
-    sent = 0
+    shipped: Counter[str] = Counter()
     try:
         for path in spool.pending(root)[:limit]:
             c = spool.claim(path)
@@ -58,7 +68,7 @@ async def drain_once(
                 continue
             key = str(env.get("key") or topic.key_of(decode(topic, value))).encode()
             await publisher.send_encoded(topic, key, value, env.get("timestamp_ms"))
-            sent += 1
+            shipped[topic.name] += 1
         await publisher.flush()
     except BaseException:
         for c in claimed:
@@ -67,10 +77,12 @@ async def drain_once(
     for c in claimed:
         spool.release(c)
     spool.prune_starts(root, START_TTL_S)
-    return sent
+    if by_topic is not None:
+        by_topic.update(shipped)  # only once acknowledged: a failed flush counted nothing
+    return sum(shipped.values())
 
 
-async def _run(root: Path, follow: bool, interval: float) -> int:
+async def _run(root: Path, follow: bool, interval: float, by_topic: Counter[str]) -> int:
     from gpugap.settings import load
 
     settings = load()
@@ -80,10 +92,12 @@ async def _run(root: Path, follow: bool, interval: float) -> int:
             async with KafkaPublisher(settings.kafka) as pub:
                 dead = DeadLetters(pub, "slurm-hook-drain", settings.kafka.topic_prefix)
                 while True:
-                    n = await drain_once(root, pub, dead)
+                    tick: Counter[str] = Counter()
+                    n = await drain_once(root, pub, dead, by_topic=tick)
                     total += n
+                    by_topic.update(tick)
                     if n:
-                        log.info("slurm spool: shipped %d event(s)", n)
+                        log.info("slurm spool: shipped %d event(s): %s", n, _split(tick))
                     if not follow:
                         return total
                     await asyncio.sleep(interval)
@@ -106,12 +120,21 @@ def main(argv: list[str]) -> int:
 
     root = Path(args.spool_dir) if args.spool_dir else SlurmSettings().spool_dir
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    by_topic: Counter[str] = Counter()
     try:
-        total = asyncio.run(_run(root, args.follow, args.interval))
+        total = asyncio.run(_run(root, args.follow, args.interval, by_topic))
     except KeyboardInterrupt:
         return 130
     except GpugapError as exc:  # e.g. Kafka still unreachable: the files stay for next time
         print(f"gpugap slurm-hook drain: {exc}", file=sys.stderr)
         return 2
-    print(f"shipped {total} spooled event(s) from {root}")
+    print(
+        f"shipped {total} spooled event(s) from {root}" + (f": {_split(by_topic)}" if total else "")
+    )
     return 0
+
+
+def _split(by_topic: Counter[str]) -> str:
+    """``39 to slurm.jobs.v1, 1 to dead-letter.v1``: job events first."""
+    order = sorted(by_topic, key=lambda t: (t != "slurm.jobs.v1", t))
+    return ", ".join(f"{by_topic[t]} to {t}" for t in order)

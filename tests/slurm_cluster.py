@@ -338,9 +338,14 @@ StorageLoc=slurm_acct_db
             env=self.env,
             capture_output=True,
             text=True,
+            errors="replace",  # job names are bytes: Slurm prints them as given
             check=check,
             timeout=timeout,
         )
+
+    def tool(self, name: str) -> str:
+        """The absolute path of a Slurm command (hooks run with no PATH)."""
+        return which(name) or name
 
     def submit(self, *args: str, wrap: str) -> str:
         out = self.cmd("sbatch", "--parsable", "-o", "/dev/null", *args, "--wrap", wrap)

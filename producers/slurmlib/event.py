@@ -45,6 +45,29 @@ ACTIVE_STATES = frozenset(
 )
 
 
+#: characters of a job name an event keeps (Slurm accepts 1024; the schema's Text, 4096)
+NAME_MAX = 256
+#: characters of a user, account, partition, QOS or cluster (the schema's Name)
+LABEL_MAX = 253
+
+
+def clean(value: str | None, limit: int = NAME_MAX) -> str | None:
+    """Text a user wrote, made valid UTF-8 and bounded: bytes that are not UTF-8 (which
+    os.environ and surrogateescape decoding hand over as lone surrogates) become U+FFFD, and
+    at most ``limit`` characters are kept."""
+    if value is None:
+        return None
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        try:
+            raw = value.encode("utf-8", "surrogateescape")  # back to the bytes Slurm had
+        except UnicodeEncodeError:
+            raw = value.encode("utf-8", "surrogatepass")
+        value = raw.decode("utf-8", "replace")
+    return value[:limit]
+
+
 #: Slurm's backfill scheduler stores a year as the limit of a job it starts without one
 #: (UNLIMITED when the main scheduler starts the same job): read it as unlimited.
 YEAR_S = 365 * 86400
@@ -159,6 +182,7 @@ def event_id(cluster: str, job_id: str, kind: str) -> str:
 
 def job_event(info: JobInfo, kind: str, cluster: str, source: str) -> dict[str, Any]:
     """A SlurmJobEvent as a dict (field order and None-dropping as schemas.encode does)."""
+    cluster = clean(cluster, LABEL_MAX) or cluster  # SLURM_CLUSTER_NAME is bytes too
     started = info.started
     nodes: list[dict[str, Any]] = []
     gpus_total = 0
@@ -187,11 +211,11 @@ def job_event(info: JobInfo, kind: str, cluster: str, source: str) -> dict[str, 
         "array_task_id": info.array_task_id if info.array_job_id else None,
         "het_job_id": info.het_job_id or None,
         "het_job_offset": info.het_job_offset if info.het_job_id else None,
-        "user": info.user or None,
-        "account": info.account or None,
-        "partition": info.partition or None,
-        "qos": info.qos or None,
-        "job_name": info.name,
+        "user": clean(info.user, LABEL_MAX) or None,
+        "account": clean(info.account, LABEL_MAX) or None,
+        "partition": clean(info.partition, LABEL_MAX) or None,
+        "qos": clean(info.qos, LABEL_MAX) or None,
+        "job_name": clean(info.name),
         "nodes": nodes,
         "gpus_total": gpus_total,
         "time_limit_s": None if info.time_limit_s == YEAR_S else info.time_limit_s,
@@ -221,7 +245,8 @@ def key_of(ev: dict[str, Any]) -> str:
 
 
 def encode(ev: dict[str, Any]) -> bytes:
-    return json.dumps(ev, separators=(",", ":"), ensure_ascii=False).encode()
+    # "replace": a lone surrogate that escaped clean() must not cost the event (UnicodeError)
+    return json.dumps(ev, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")
 
 
 def dead_letter(

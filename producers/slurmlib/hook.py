@@ -9,8 +9,8 @@ import time
 from collections.abc import Mapping, Sequence
 
 from . import event as E
-from . import spool, wire
-from .parse import ParseError, jobcomp_env, scontrol_job
+from . import show, spool, wire
+from .parse import ParseError, jobcomp_env
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hook's start-up)
 if TYPE_CHECKING:
@@ -18,18 +18,25 @@ if TYPE_CHECKING:
     from typing import Any
 
 BACKLOG_PER_HOOK = 50  # spooled events a hook ships after its own (bounded by the deadline)
-SEARCH = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")  # slurmctld strips PATH
+DEFAULT_TIMEOUT_S = 2.0
 
 
 class HookConfig:
-    """The environment variables ``SlurmSettings``/``KafkaSettings`` read, read without them."""
+    """The environment variables ``SlurmSettings``/``KafkaSettings`` read, read without them.
+    Never raises: a value it cannot use is a line in ``problems`` and the default is taken
+    (the hook then spools instead of sending, see producers/slurm_hook.py)."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
+        self.problems: list[str] = []
         self.cluster = env.get("GPUGAP_SLURM_CLUSTER") or env.get("GPUGAP_CLUSTER") or None
         self.spool_dir = env.get("GPUGAP_SLURM_SPOOL_DIR") or "/var/spool/gpugap/slurm"
-        self.timeout_s = float(env.get("GPUGAP_SLURM_HOOK_TIMEOUT_S") or 2.0)
+        self.timeout_s = self._seconds(env, "GPUGAP_SLURM_HOOK_TIMEOUT_S", DEFAULT_TIMEOUT_S)
         self.scontrol = env.get("GPUGAP_SLURM_SCONTROL") or "scontrol"
         self.end_hook = env.get("GPUGAP_SLURM_END_HOOK") or "jobcomp"
+        if self.end_hook not in ("jobcomp", "epilog"):
+            self.problems.append(
+                f"GPUGAP_SLURM_END_HOOK={self.end_hook!r} is neither 'jobcomp' nor 'epilog'"
+            )
         self.bootstrap = env.get("GPUGAP_KAFKA_BOOTSTRAP") or "127.0.0.1:9092"
         self.topic_prefix = env.get("GPUGAP_KAFKA_TOPIC_PREFIX") or ""
         self.protocol = env.get("GPUGAP_KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT"
@@ -43,6 +50,19 @@ class HookConfig:
         self._key_password_file = env.get("GPUGAP_KAFKA_SSL_KEY_PASSWORD_FILE") or None
         check = (env.get("GPUGAP_KAFKA_SSL_CHECK_HOSTNAME") or "true").strip().lower()
         self.ssl_check_hostname = check not in ("0", "false", "no", "off", "f", "n")
+
+    def _seconds(self, env: Mapping[str, str], name: str, default: float) -> float:
+        raw = env.get(name) or ""
+        try:
+            value = float(raw) if raw else default
+        except ValueError:
+            value = -1.0
+        if not 0 < value < 3600:  # also NaN
+            self.problems.append(
+                f"{name}={raw!r} is not a number of seconds (e.g. 2 or 0.5); using {default}"
+            )
+            return default
+        return value
 
     def unsupported(self) -> str | None:
         """Why the hook's own client cannot reach this Kafka (None: it can)."""
@@ -92,26 +112,17 @@ def _no_password() -> str:
     return ""
 
 
-def find_tool(name: str, env: Mapping[str, str]) -> str:
-    if "/" in name:
-        return name
-    for d in [*(env.get("PATH") or "").split(os.pathsep), *SEARCH]:
-        if d and os.access(os.path.join(d, name), os.X_OK):
-            return os.path.join(d, name)
-    return name
-
-
 def log(cfg: HookConfig, msg: str) -> None:
     """One line to stderr and to <spool>/hook.log (slurmctld discards the hook's output)."""
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} gpugap slurm-hook[{os.getpid()}]: {msg}\n"
     sys.stderr.write(line)
     try:
-        os.makedirs(cfg.spool_dir, exist_ok=True)
+        spool.private_dir(cfg.spool_dir)
         path = os.path.join(cfg.spool_dir, "hook.log")
         if os.path.exists(path) and os.path.getsize(path) > 4 << 20:
             os.replace(path, path + ".1")
-        with open(path, "a") as fh:
-            fh.write(line)
+        with open(spool.open_private(path, os.O_WRONLY | os.O_APPEND), "a") as fh:
+            fh.write(line.encode("utf-8", "replace").decode())
     except OSError:
         pass
 
@@ -122,26 +133,6 @@ def cluster_of(cfg: HookConfig, env: Mapping[str, str], start: dict[str, Any] | 
     if start and start.get("cluster"):
         return str(start["cluster"])
     return env.get("SLURM_CLUSTER_NAME") or env.get("CLUSTER") or "default"
-
-
-def scontrol_show(cfg: HookConfig, env: Mapping[str, str], job: str, deadline: float) -> str:
-    import subprocess  # only the prolog runs a command (~10 ms of imports the others skip)
-
-    run_env = dict(env)
-    run_env["SLURM_TIME_FORMAT"] = "%s"  # epoch seconds: no guessing slurmctld's time zone
-    try:
-        out = subprocess.run(
-            [find_tool(cfg.scontrol, env), "-o", "show", "job", "-d", job],
-            capture_output=True,
-            timeout=max(0.05, deadline - time.monotonic() - 0.3),  # leave time to send or spool
-            env=run_env,
-            check=False,
-        )
-    except subprocess.SubprocessError as exc:  # timed out: slurmctld busy
-        raise ParseError(f"scontrol: {exc}") from None
-    if out.returncode != 0:
-        raise ParseError(f"scontrol exited {out.returncode}: {out.stderr.decode()[-300:]}")
-    return out.stdout.decode(errors="replace")
 
 
 if TYPE_CHECKING:
@@ -163,16 +154,15 @@ def on_prolog(cfg: HookConfig, env: Mapping[str, str], deadline: float) -> list[
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
     text = ""
     try:
-        text = scontrol_show(cfg, env, job, deadline)
-        # a het job's leader id shows every component: take this job's own line
-        lines = [ln for ln in text.splitlines() if ln.startswith(f"JobId={job} ")]
-        info = scontrol_job(lines[0] if lines else text.strip())
+        info, text = show.read_job(cfg.scontrol, cfg.spool_dir, env, job, deadline)
         if not info.started:
             raise ParseError(f"scontrol: job {job} is {info.state} on {info.nodes or 'no nodes'}")
     except (ParseError, OSError, ValueError) as exc:
         # no start event: one without GPUs would shadow the poller's (same event_id)
         log(cfg, f"job {job}: no start event ({exc}); the poller reports it")
-        return [_dead_envelope(text.encode(), f"job {job}: {exc}", "slurm-hook:scontrol")]
+        text = text or getattr(exc, "text", "")
+        raw = text.encode("utf-8", "surrogateescape")  # the bytes scontrol printed
+        return [_dead_envelope(raw, f"job {job}: {exc}", "slurm-hook:scontrol")]
     ev = E.job_event(info, "start", cluster_of(cfg, env, None), "hook")
     spool.save_start(cfg.spool_dir, info.raw_id, ev)
     return [_job_envelope(ev)]
@@ -219,12 +209,16 @@ def on_end(cfg: HookConfig, env: Mapping[str, str], epilog: bool) -> tuple[list[
     return [_job_envelope(E.job_event(info, "end", cluster, "hook"))], info.raw_id
 
 
-def deliver(cfg: HookConfig, envelopes: Sequence[Envelope], deadline: float) -> str:
-    """Send to Kafka before the deadline (with some spooled backlog), else spool. Returns
-    'sent' or 'spooled'."""
+def deliver(
+    cfg: HookConfig, envelopes: Sequence[Envelope], deadline: float, send: bool = True
+) -> str:
+    """Send to Kafka before the deadline (with some spooled backlog), else spool (``send``
+    False: spool only). Returns 'sent' or 'spooled'."""
     claimed: list[str] = []
     backlog: list[Envelope] = []
     try:
+        if not send:
+            raise wire.WireError("not sent")
         why = cfg.unsupported()
         if why is not None:
             raise wire.WireError(why)
@@ -250,12 +244,12 @@ def deliver(cfg: HookConfig, envelopes: Sequence[Envelope], deadline: float) -> 
             # stop short of the deadline: spooling (an fsync) must fit in what is left
             until = deadline - min(0.25, cfg.timeout_s / 4)
             wire.send(cfg.bootstrap, records, deadline=until, client_id=cfg.client_id, tls=tls)
-    except (wire.WireError, OSError) as exc:
+    except Exception as exc:  # whatever failed in the send, the event is kept
         for c in claimed:
             spool.unclaim(c)
         for e in envelopes:
             spool.spool(cfg.spool_dir, e, e["value"].get("event_id") or f"dlq-{time.time_ns()}")
-        if envelopes:
+        if envelopes and send:
             log(
                 cfg,
                 f"Kafka at {cfg.bootstrap} did not take {len(envelopes)} event(s) ({exc}); spooled",

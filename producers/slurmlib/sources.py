@@ -1,6 +1,8 @@
 """Where the poller reads jobs: pyslurm (when it imports and matches the site's Slurm), else
-``squeue --json``, else ``scontrol -o show job -d``; history from ``sacct -P``. Read-only:
-only show/query commands are ever run. Each returns (jobs, [(bad raw text, reason)])."""
+``squeue --json``, else ``scontrol -o show job -d`` checked against squeue's list of job ids
+(a newline in a job's name can forge a record in scontrol's text, see scontrol.py); history
+from ``sacct -P``. Read-only: only show/query commands are ever run. Each returns
+(jobs, [(bad raw text, reason)])."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from typing import Any
 from . import squeue as squeue_parse
 from .event import JobInfo
 from .hostlist import indices
-from .parse import SACCT_FIELDS, ParseError, sacct_jobs, scontrol_jobs
+from .parse import SACCT_FIELDS, ParseError, sacct_jobs
+from .scontrol import scontrol_jobs
 
 log = logging.getLogger(__name__)
 Result = tuple[list[JobInfo], list[tuple[str, str]]]
@@ -47,8 +50,11 @@ async def squeue_json(squeue: str, timeout_s: float) -> Result:
     return squeue_parse.jobs(await run([squeue, "--json"], timeout_s))
 
 
-async def scontrol_all(scontrol: str, timeout_s: float) -> Result:
-    return scontrol_jobs(await run([scontrol, "-o", "show", "job", "-d"], timeout_s))
+async def scontrol_all(scontrol: str, squeue: str, timeout_s: float) -> Result:
+    text = await run([scontrol, "-o", "show", "job", "-d"], timeout_s)
+    # after scontrol: a job it printed is still one squeue lists (until MinJobAge purges it)
+    ids = await run([squeue, "-h", "-a", "-t", "all", "-o", "%A"], timeout_s)
+    return scontrol_jobs(text, known_ids=ids.split())
 
 
 async def sacct_since(sacct: str, start: int, end: int | None, timeout_s: float) -> Result:

@@ -7,6 +7,9 @@ name and renamed, so a reader never sees half a file. A sender claims a file by 
 once the broker acknowledged, renames it back otherwise; claims of dead processes are undone.
 The directory also keeps each running job's start event (``jobs/<raw id>.json``): the end hook
 takes the GPU indices from it, because nothing Slurm hands the end hooks says which GPUs it was.
+Job names, users and accounts are in there: directories this module creates are 0700 and its
+files 0600, whatever the umask slurmctld runs the hook with (an existing directory is left as
+the administrator made it).
 """
 
 from __future__ import annotations
@@ -33,15 +36,43 @@ def jobs_dir(root: str) -> str:
     return os.path.join(root, "jobs")
 
 
+def private_dir(path: str) -> None:
+    """``mkdir -p``, each directory it creates 0700 (os.makedirs leaves the parents it creates
+    to the umask)."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path.rstrip(os.sep))
+    if parent and parent != path:
+        private_dir(parent)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return  # another hook made it meanwhile
+    os.chmod(path, 0o700)  # exactly 0700, whatever the umask
+
+
+def open_private(path: str, flags: int) -> int:
+    """os.open, a file it creates 0600."""
+    fd = os.open(path, flags | os.O_CREAT, 0o600)
+    if os.fstat(fd).st_mode & 0o077:
+        os.fchmod(fd, 0o600)  # made by an older version, or under an odd umask
+    return fd
+
+
 def _write_atomic(path: str, data: bytes, sync: bool = True) -> None:
     folder, name = os.path.split(path)
-    os.makedirs(folder, exist_ok=True)
+    private_dir(folder)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
+    with open(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
         fh.write(data)
         if sync:
             os.fsync(fh.fileno())  # a spooled event must survive a crash of the host
     os.replace(tmp, path)
+
+
+def write_small(path: str, text: str) -> None:
+    """A small state file (no fsync: losing it costs one question asked again)."""
+    _write_atomic(path, text.encode(), sync=False)
 
 
 def envelope(topic: str, key: str, value: dict[str, Any], timestamp_ms: int) -> dict[str, Any]:

@@ -226,6 +226,22 @@ def _metadata(conn: Connection, topics: list[str]) -> tuple[dict[int, tuple[str,
     return brokers, leaders
 
 
+def _leaders(
+    boot: Connection, topics: list[str], deadline: float
+) -> tuple[dict[int, tuple[str, int]], dict]:
+    """Metadata once every topic has a leader for each partition (auto-creation waits)."""
+    while True:
+        brokers, leaders = _metadata(boot, topics)
+        bad = {t: leaders.get(t, -3) for t in topics}
+        bad = {t: v for t, v in bad.items() if _unready(v)}
+        if not bad:
+            return brokers, leaders
+        codes = {(-v if isinstance(v, int) else -min(v.values())) for v in bad.values()}
+        if not codes <= RETRIABLE or deadline - time.monotonic() < 0.1:
+            raise WireError(f"metadata errors {sorted(codes)} for {sorted(bad)}")
+        time.sleep(0.05)  # the topic is being created
+
+
 def send(
     bootstrap: str,
     records: Sequence[tuple[str, bytes, bytes, int]],
@@ -253,32 +269,33 @@ def send(
         if boot is None:
             raise WireError(str(last))
         topics = sorted({r[0] for r in records})
-        while True:
-            brokers, leaders = _metadata(boot, topics)
-            bad = {t: leaders.get(t, -3) for t in topics}
-            bad = {
-                t: v for t, v in bad.items() if isinstance(v, int) or any(x < 0 for x in v.values())
-            }
-            if not bad:
-                break
-            codes = {(-v if isinstance(v, int) else -min(v.values())) for v in bad.values()}
-            if not codes <= RETRIABLE or deadline - time.monotonic() < 0.1:
-                raise WireError(f"metadata errors {sorted(codes)} for {sorted(bad)}")
-            time.sleep(0.05)  # the topic is being created
-        by_leader: dict[int, dict[tuple[str, int], list[tuple[bytes, bytes, int]]]] = {}
-        for topic, key, value, ts in records:
-            parts = leaders[topic]
-            assert isinstance(parts, dict)
-            p = partition_for(key, len(parts))
-            by_leader.setdefault(parts[p], {}).setdefault((topic, p), []).append((key, value, ts))
-        for leader, batches in by_leader.items():
-            addr = brokers.get(leader)
-            if addr is None:
-                raise WireError(f"leader {leader} not in the broker list")
-            conn = conns.get(addr) or conns.setdefault(
-                addr, Connection(*addr, client_id, deadline, tls)
-            )
-            _produce(conn, batches, deadline)
+        pending = list(records)
+        while pending:
+            brokers, leaders = _leaders(boot, topics, deadline)
+            by_leader: dict[int, dict[tuple[str, int], list[tuple[bytes, bytes, int]]]] = {}
+            placed = []
+            for rec in pending:
+                parts = leaders[rec[0]]
+                assert isinstance(parts, dict)
+                tp = (rec[0], partition_for(rec[1], len(parts)))
+                placed.append((rec, tp))
+                by_leader.setdefault(parts[tp[1]], {}).setdefault(tp, []).append(rec[1:])
+            retry: set[tuple[str, int]] = set()
+            for leader, batches in by_leader.items():
+                addr = brokers.get(leader)
+                if addr is None:
+                    raise WireError(f"leader {leader} not in the broker list")
+                conn = conns.get(addr) or conns.setdefault(
+                    addr, Connection(*addr, client_id, deadline, tls)
+                )
+                retry |= _produce(conn, batches, deadline)
+            # a partition whose leader just moved or was just created (error 6 seen right after
+            # auto-creation): those records again, on fresh metadata, while time is left
+            pending = [rec for rec, tp in placed if tp in retry]
+            if pending:
+                if deadline - time.monotonic() < 0.1:
+                    raise WireError(f"produce to {sorted(retry)} kept failing (leader not ready)")
+                time.sleep(0.05)
     finally:
         for c in conns.values():
             c.close()
@@ -288,7 +305,9 @@ def _produce(
     conn: Connection,
     batches: dict[tuple[str, int], list[tuple[bytes, bytes, int]]],
     deadline: float,
-) -> None:
+) -> set[tuple[str, int]]:
+    """One Produce request; returns the partitions that answered a retriable error (their
+    batches were not written)."""
     by_topic: dict[str, list[tuple[int, bytes]]] = {}
     for (topic, p), recs in batches.items():
         by_topic.setdefault(topic, []).append((p, record_batch(recs)))
@@ -299,10 +318,14 @@ def _produce(
         for p, batch in parts:
             body += _I32.pack(p) + _I32.pack(len(batch)) + batch
     r = conn.call(0, 3, body)
+    retry: set[tuple[str, int]] = set()
     for _ in range(r.take(_I32)):
-        name = r.string()
+        name = r.string() or ""
         for _ in range(r.take(_I32)):
             p, err = r.take(_I32), r.take(_I16)
             r.pos += 16  # base offset, log append time
-            if err:
+            if err in RETRIABLE:
+                retry.add((name, p))
+            elif err:
                 raise WireError(f"produce to {name}[{p}] failed with error {err}")
+    return retry

@@ -8,6 +8,7 @@ import base64
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -33,9 +34,13 @@ pytestmark = pytest.mark.kafka
 
 
 def replay(tmp_path: Path, fixture: str) -> str:
-    """A stand-in for squeue/scontrol that prints what the real one printed (recorded)."""
+    """A stand-in for squeue/scontrol that prints what the real one printed (recorded); asked
+    for job ids (``squeue -o %A``), the ids of the jobs in scontrol_all.txt."""
+    ids = tmp_path / "ids.txt"
+    found = re.findall(r"^JobId=(\d+) ", (FIX / "scontrol_all.txt").read_text(), re.M)
+    ids.write_text("\n".join(found) + "\n")
     script = tmp_path / f"replay-{fixture}"
-    script.write_text(f"#!/bin/sh\ncat {FIX / fixture}\n")
+    script.write_text(f'#!/bin/sh\ncase "$*" in *%A*) cat {ids};; *) cat {FIX / fixture};; esac\n')
     script.chmod(0o755)
     return str(script)
 
@@ -200,3 +205,182 @@ def test_cli_hook_is_fast_to_start(tmp_path: Path) -> None:
     for heavy in ("pydantic", "aiokafka", "asyncio", "schemas", "gpugap.settings", "dataclasses"):
         assert heavy not in loaded, heavy
     assert json.dumps  # (the hook itself needs only the standard library)
+
+
+# --- hostile and undecodable input, bad config, the spool's permissions ------------------------
+HOSTILE_NAME = (
+    "x UserId=victim(2000) Account=victim-acct TRES=cpu=1,gres/gpu=16 NodeList=gpu[01-02]"
+)
+
+
+def test_prolog_reports_the_real_owner_of_a_job_named_like_fields(
+    kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """Recorded on Slurm 22.05: the name says victim, 16 GPUs, gpu[01-02]; the job is root's,
+    with 1 GPU on vm. The event says what the job is."""
+    scontrol = replay(tmp_path, "scontrol_prolog_hostile_name.txt")
+    env = {
+        **env_file("env_prolog_hostile_name.env"),
+        **hook_env(kafka, tmp_path, GPUGAP_SLURM_SCONTROL=scontrol),
+    }
+    assert run(env) == "sent"
+    (ev,) = asyncio.run(read_topic(kafka, SLURM_JOBS, 1, settle_s=1))
+    assert (ev.user, ev.account, ev.partition, ev.gpus_total) == ("root", "root", "debug", 1)
+    assert [(n.node, n.gpu_indices) for n in ev.nodes] == [("vm", (0,))]
+    assert ev.job_name == HOSTILE_NAME and ev.job_id == "11"
+
+
+def test_undecodable_long_job_name_is_spooled_then_sent_replaced_and_cut(
+    kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """os.environ gives bytes that are not UTF-8 as surrogates: the event is still spooled
+    (Kafka down) and sent, with U+FFFD for them and the name cut at 256 characters."""
+    name = "caf\udce9 \udcff" + "n" * 1000
+    comp = {**env_file("env_jobcomp_failed.env"), "JOBNAME": name}
+    assert run({**comp, **hook_env(kafka, tmp_path, GPUGAP_KAFKA_BOOTSTRAP="127.0.0.1:1")}) == (
+        "spooled"
+    )
+    (path,) = spool.pending(str(tmp_path / "spool"))
+    assert spool.read(path)["value"]["job_name"].startswith("caf\ufffd \ufffd")
+    assert run({**comp, **hook_env(kafka, tmp_path)}) == "sent"  # ships the spooled one too
+    events = asyncio.run(read_topic(kafka, SLURM_JOBS, 2, settle_s=1))
+    assert {e.job_name for e in events} == {"caf\ufffd \ufffd" + "n" * 250}
+
+
+def test_bad_config_is_one_log_line_exit_0_and_the_event_is_spooled(
+    kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    env = {
+        **env_file("env_jobcomp_failed.env"),
+        **hook_env(kafka, tmp_path, GPUGAP_SLURM_HOOK_TIMEOUT_S="2s"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-S", "-m", "producers.slurm_hook"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stderr.splitlines()
+    assert "GPUGAP_SLURM_HOOK_TIMEOUT_S='2s'" in line and "Traceback" not in out.stderr
+    (path,) = spool.pending(str(tmp_path / "spool"))
+    assert spool.read(path)["value"]["event_id"] == "slurm/probe/7/end"
+
+
+def test_spool_is_private_to_the_slurm_user(kafka: KafkaSettings, tmp_path: Path) -> None:
+    """Job names, users and accounts: the spool directory is 0700 and its files 0600."""
+    down = hook_env(
+        kafka,
+        tmp_path,
+        GPUGAP_KAFKA_BOOTSTRAP="127.0.0.1:1",
+        GPUGAP_SLURM_SCONTROL=replay(tmp_path, "scontrol_prolog_hostile_name.txt"),
+    )
+    assert run({**env_file("env_prolog_hostile_name.env"), **down}) == "spooled"
+    root = tmp_path / "spool"
+    assert [p.name for p in (root / "jobs").iterdir()] == ["11.json"]  # the kept start event
+    for d in (root, root / "events", root / "jobs"):
+        assert d.stat().st_mode & 0o777 == 0o700, d
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert len(files) >= 3 and all(p.stat().st_mode & 0o777 == 0o600 for p in files), files
+
+
+def test_drain_says_what_it_shipped_to_each_topic(
+    kafka: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A prolog that could not read scontrol spools a dead letter where the start event would
+    be: the drainer's count says which topic each shipped record went to."""
+    from producers.slurm_drain import main as drain_main
+
+    down = hook_env(kafka, tmp_path, GPUGAP_KAFKA_BOOTSTRAP="127.0.0.1:1")
+    bad = replay(tmp_path, "scontrol_malformed.txt")
+    prolog = {**env_file("env_prolog_2gpu.env"), **down, "GPUGAP_SLURM_SCONTROL": bad}
+    assert run(prolog) == "spooled"
+    for name in ("completed", "failed"):
+        assert run({**env_file(f"env_jobcomp_{name}.env"), **down}) == "spooled"
+    monkeypatch.setenv("GPUGAP_KAFKA_BOOTSTRAP", kafka.bootstrap)
+    monkeypatch.setenv("GPUGAP_KAFKA_TOPIC_PREFIX", kafka.topic_prefix)
+    assert drain_main(["--spool-dir", str(tmp_path / "spool")]) == 0
+    out = capsys.readouterr().out
+    assert "shipped 3 spooled event(s)" in out, out
+    assert "2 to slurm.jobs.v1, 1 to dead-letter.v1" in out, out
+    assert len(asyncio.run(read_topic(kafka, SLURM_JOBS, 2, settle_s=1))) == 2
+    (dl,) = asyncio.run(read_topic(kafka, DEAD_LETTER, 1))
+    assert dl.consumer == "slurm-hook:scontrol"
+
+
+def _fake_scontrol(tmp_path: Path, body: str) -> str:
+    """An scontrol that logs its arguments (one call a line) and runs ``body``."""
+    script = tmp_path / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n{body}\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_prolog_reads_scontrol_json_where_slurm_has_it(
+    kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """Slurm 23.02 and later: ``scontrol --json -d show job``, where a name is a JSON string.
+    (The document has the shapes of OpenAPI v0.0.39+, written for this test: the test
+    Slurm is 22.05, whose scontrol has no --json.)"""
+    t = 1796114537
+    number = lambda n: {"set": True, "infinite": False, "number": n}  # noqa: E731
+    doc = {
+        "jobs": [
+            {
+                "job_id": 11,
+                "name": HOSTILE_NAME,
+                "user_name": "root",
+                "account": "root",
+                "partition": "debug",
+                "qos": "normal",
+                "job_state": ["CONFIGURING"],
+                "exit_code": {"status": ["SUCCESS"], "return_code": number(0)},
+                "time_limit": number(5),
+                "submit_time": number(t),
+                "start_time": number(t + 1),
+                "end_time": number(t + 301),
+                "nodes": "vm",
+                "tres_alloc_str": "cpu=1,node=1,billing=1,gres/gpu=1",
+                "gres_detail": ["gpu:1(IDX:2)"],
+                "batch_flag": True,
+            }
+        ]
+    }
+    (tmp_path / "job.json").write_text(json.dumps(doc))
+    body = f'case " $* " in *" --json "*) cat {tmp_path / "job.json"};; *) exit 1;; esac'
+    env = {
+        **env_file("env_prolog_hostile_name.env"),
+        **hook_env(kafka, tmp_path, GPUGAP_SLURM_SCONTROL=_fake_scontrol(tmp_path, body)),
+    }
+    assert run(env) == "sent"
+    (ev,) = asyncio.run(read_topic(kafka, SLURM_JOBS, 1, settle_s=1))
+    assert (ev.user, ev.account, ev.gpus_total, ev.time_limit_s) == ("root", "root", 1, 300)
+    assert [(n.node, n.gpu_indices) for n in ev.nodes] == [("vm", (2,))]
+    assert ev.job_name == HOSTILE_NAME
+    assert (tmp_path / "calls").read_text().splitlines() == ["--json -d show job 11"]
+
+
+def test_prolog_asks_once_whether_scontrol_has_json(tmp_path: Path) -> None:
+    """Slurm 22.05 refuses --json: the first prolog finds out, the next ones do not ask."""
+    text = FIX / "scontrol_prolog_hostile_name.txt"
+    body = (
+        f'case " $* " in *" --json "*) echo "scontrol: unrecognized option \'--json\'" >&2; '
+        f"exit 1;; *) cat {text};; esac"
+    )
+    env = {
+        **env_file("env_prolog_hostile_name.env"),
+        "GPUGAP_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+        "GPUGAP_SLURM_SPOOL_DIR": str(tmp_path / "spool"),
+        "GPUGAP_SLURM_SCONTROL": _fake_scontrol(tmp_path, body),
+    }
+    assert run(env) == run(env) == "spooled"
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == ["--json -d show job 11", "-o show job -d 11", "-o show job -d 11"]
+    (start,) = [spool.read(p)["value"] for p in spool.pending(str(tmp_path / "spool"))]
+    assert (start["user"], start["gpus_total"], start["job_name"]) == ("root", 1, HOSTILE_NAME)

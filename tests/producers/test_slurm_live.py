@@ -8,6 +8,7 @@ one test, so the whole file stays near two minutes.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -23,7 +24,7 @@ from gpugap.settings import KafkaSettings, Settings, SlurmSettings
 from producers.slurm import SlurmProducer
 from producers.slurmlib.parse import gres_indices
 from schemas import SlurmJobEvent
-from schemas.topics import SLURM_JOBS
+from schemas.topics import DEAD_LETTER, SLURM_JOBS
 from tests.conftest import read_topic
 from tests.slurm_cluster import GPUGAP, SlurmCluster
 
@@ -197,11 +198,22 @@ def _printed(job: dict[str, Any]) -> str:
     return str(job["job_id"])
 
 
+SLOW_ONCE = """#!/bin/sh
+# the first `scontrol -o show job` of the burst answers late, as a loaded slurmctld does
+case " $* " in *" -o "*) mkdir "{lock}" 2>/dev/null && sleep 2;; esac
+exec {scontrol} "$@"
+"""
+
+
 def test_kafka_down_spools_and_drain_ships(
     slurm: SlurmCluster, kafka: KafkaSettings, tmp_path: Path
 ) -> None:
     """A broker that accepts connections and never answers (the worst case: every hook waits
-    out its deadline) during a burst of 20 jobs, then `gpugap slurm-hook drain`."""
+    out its deadline) during a burst of 20 jobs, then `gpugap slurm-hook drain`.
+
+    One prolog's scontrol answers after the hook's deadline (as it did in CI under load): that
+    hook spools a dead letter where the start event would be. The drainer must ship exactly
+    what the spool held, each record to its topic, and say so."""
     hang = socket.socket()
     hang.bind(("127.0.0.1", 0))
     hang.listen(128)  # never accepted: requests sit in the backlog unanswered
@@ -209,8 +221,15 @@ def test_kafka_down_spools_and_drain_ships(
     dead = KafkaSettings(
         bootstrap=f"127.0.0.1:{hang.getsockname()[1]}", topic_prefix=kafka.topic_prefix
     )
+    slow = tmp_path / "scontrol"
+    slow.write_text(SLOW_ONCE.format(lock=tmp_path / "slow.once", scontrol=slurm.tool("scontrol")))
+    slow.chmod(0o755)
     timeout = 1.0
-    slurm.set_hook_env(hook_env(dead, spool, GPUGAP_SLURM_HOOK_TIMEOUT_S=str(timeout)))
+    slurm.set_hook_env(
+        hook_env(
+            dead, spool, GPUGAP_SLURM_HOOK_TIMEOUT_S=str(timeout), GPUGAP_SLURM_SCONTROL=str(slow)
+        )
+    )
     try:
         t0 = time.monotonic()
         ids = [slurm.submit("--gres=gpu:1", "-J", f"burst{i}", wrap="true") for i in range(20)]
@@ -230,7 +249,9 @@ def test_kafka_down_spools_and_drain_ships(
     assert max(prologs) < timeout + 0.5, sorted(prologs)
     assert max(t for (ctx, _), t in runs.items() if ctx == "jobcomp") < timeout + 0.5
     assert "spooled" in (spool / "hook.log").read_text()
-    # Kafka is back: the drainer ships every spooled event
+    held = Counter(json.loads(p.read_bytes())["topic"] for p in (spool / "events").glob("*.json"))
+    assert held == {"slurm.jobs.v1": 39, "dead-letter.v1": 1}, held
+    # Kafka is back: the drainer ships every spooled event, and says to which topic
     env = dict(
         os.environ,
         GPUGAP_KAFKA_BOOTSTRAP=kafka.bootstrap,
@@ -242,14 +263,72 @@ def test_kafka_down_spools_and_drain_ships(
         capture_output=True,
         text=True,
         timeout=120,
-        check=True,
+        check=False,
     )
-    assert "shipped 40" in out.stdout, out.stdout + out.stderr
-    events = asyncio.run(read_topic(kafka, SLURM_JOBS, 40, settle_s=1))
-    assert len(events) == 40 and len({e.event_id for e in events}) == 40
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert (
+        "shipped 40 spooled event(s)" in said and "39 to slurm.jobs.v1, 1 to dead-letter.v1" in said
+    ), said
+    events = asyncio.run(read_topic(kafka, SLURM_JOBS, 39, settle_s=1))
+    (letter,) = asyncio.run(read_topic(kafka, DEAD_LETTER, 1, settle_s=1))
+    assert len(events) == 39 and len({e.event_id for e in events}) == 39
     assert {e.job_id for e in events} == set(ids) and not list((spool / "events").glob("*"))
-    assert all(e.gpus_total == 1 and e.nodes[0].gpu_indices for e in events)
+    starts = {e.job_id: e for e in events if e.kind.value == "start"}
+    (late,) = set(ids) - set(starts)  # the job whose scontrol answered late: its dead letter
+    assert letter.consumer == "slurm-hook:scontrol" and f"job {late}:" in letter.reason
+    assert "scontrol" in letter.reason
+    assert all(e.gpus_total == 1 and e.nodes[0].gpu_indices for e in starts.values())
+    ends = [e for e in events if e.kind.value == "end"]
+    assert all(e.gpus_total == 1 and e.nodes[0].gpu_indices for e in ends if e.job_id != late)
     print(f"burst of 20 jobs with Kafka hanging: {burst_s:.1f}s; prolog max {max(prologs):.2f}s")
+
+
+HOSTILE_NAME = (
+    "x UserId=victim(2000) Account=victim-acct TRES=cpu=1,gres/gpu=16 NodeList=gpu[01-02]"
+)
+
+
+def test_hostile_and_undecodable_job_names_are_data(
+    slurm: SlurmCluster, kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """Real jobs whose name, comment and output path read as scontrol fields, and one whose
+    name is not UTF-8: the hooks report their real owner, account, GPUs and nodes."""
+    slurm.set_hook_env(hook_env(kafka, tmp_path / "spool"))
+    workdir = tmp_path / "w UserId=victim(2000) Nodes=gpu01 CPU_IDs=0 Mem=0 GRES=gpu:4(IDX:0-3)"
+    workdir.mkdir()
+    undecodable = os.fsdecode(b"caf\xe9 \xff\xfe name")
+    ids = {
+        "name": slurm.submit("--gres=gpu:1", "-J", HOSTILE_NAME, wrap="sleep 2"),
+        "fields": slurm.submit(
+            "--gres=gpu:1",
+            "--comment",
+            "c Account=victim-acct TRES=cpu=1,gres/gpu=16 UserId=victim(2000)",
+            "-D",
+            str(workdir),
+            "-e",
+            str(workdir / "e NodeList=gpu[01-02]"),
+            wrap="sleep 2",
+        ),
+        "bytes": slurm.submit("--gres=gpu:1", "-J", undecodable, wrap="sleep 2"),
+    }
+    final = ("COMPLETED", "FAILED", "CANCELLED")
+    slurm.wait(lambda j: all(j[i]["job_state"] in final for i in ids.values()), "the jobs", 60)
+    events = asyncio.run(read_topic(kafka, SLURM_JOBS, 6, settle_s=1))
+    jobs = by_job(events)
+    assert set(jobs) == set(ids.values())
+    for key, job in ids.items():
+        for kind in ("start", "end"):
+            (e,) = jobs[job][kind]
+            assert (e.user, e.account, e.partition, e.gpus_total) == ("root", "root", "debug", 1)
+            assert [n.node for n in e.nodes] == [slurm.node] and len(e.nodes[0].gpu_indices) == 1
+            assert e.state.value == ("RUNNING" if kind == "start" else "COMPLETED"), (key, e)
+    assert {e.job_name for e in events if e.job_id == ids["name"]} == {HOSTILE_NAME}
+    assert {e.job_name for e in events if e.job_id == ids["bytes"]} == {
+        "caf\ufffd \ufffd\ufffd name"
+    }
+    log = tmp_path / "spool" / "hook.log"
+    assert not log.exists() or "no start event" not in log.read_text(errors="replace")
 
 
 def test_poller_alone_and_sacct_backfill(

@@ -84,6 +84,9 @@ def test_array_ids() -> None:
     """A task runs under its own raw id; the last task keeps the array's (the master record)."""
     master = scontrol_jobs((FIX / "scontrol_prolog_array_master.txt").read_text())[0]
     assert [(j.raw_id, j.job_id) for j in master] == [("18", "18_2"), ("19", "18_1")]
+    # the prolog of task 18_2 (raw id 18, the master's): scontrol shows every task after it
+    text = (FIX / "scontrol_prolog_array_master.txt").read_text()
+    assert scontrol_job(text, name="arr", account="root").job_id == "18_2"
     task = scontrol_job((FIX / "scontrol_prolog_array_task.txt").read_text())
     assert (task.array_job_id, task.array_task_id, task.job_id) == (18, 1, "18_1")
     comp = jobcomp_env(env_file("env_jobcomp_array_task.env"))
@@ -204,3 +207,73 @@ def test_wire_helpers_match_kafka() -> None:
     assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
     batch = record_batch([(b"k", b"v", 1000), (None, b"w", 1005)])
     assert batch[16] == 2 and int.from_bytes(batch[8:12], "big") == len(batch) - 12
+
+
+# --- user-controlled fields are data, never structure (recorded on Slurm 22.05) ---------------
+HOSTILE_NAME = (
+    "x UserId=victim(2000) Account=victim-acct TRES=cpu=1,gres/gpu=16 NodeList=gpu[01-02]"
+)
+
+
+def test_a_job_name_that_reads_as_fields_cannot_claim_another_user() -> None:
+    """The record is read by its layout: the name ends where the one real
+    ``UserId=u(uid) GroupId=g(gid) ... Account=`` run begins, with or without the name the
+    prolog's environment gives."""
+    text = (FIX / "scontrol_prolog_hostile_name.txt").read_text()
+    env = env_file("env_prolog_hostile_name.env")
+    assert env["SLURM_JOB_NAME"] == HOSTILE_NAME
+    for info in (scontrol_job(text), scontrol_job(text, name=HOSTILE_NAME, account="root")):
+        assert (info.user, info.account, info.nodes, info.gpus) == ("root", "root", ["vm"], 1)
+        assert info.gpu_indices == {"vm": (0,)} and info.name == HOSTILE_NAME
+    with pytest.raises(ParseError, match="SLURM_JOB_NAME"):
+        scontrol_job(text, name="another name")
+    with pytest.raises(ParseError, match="SLURM_JOB_ACCOUNT"):
+        scontrol_job(text, name=HOSTILE_NAME, account="victim-acct")
+    # a name that copies the whole run: without the environment, which is real cannot be
+    # told, so the record is refused; the prolog, knowing the name, reads it exactly
+    run = "UserId=victim(2000) GroupId=victim(2000) MCS_label=N/A Priority=1 Nice=0 Account=v"
+    copied = text.replace("JobName=x UserId=victim(2000)", f"JobName=x {run}", 1)
+    with pytest.raises(ParseError, match="job name"):
+        scontrol_job(copied)
+    name = HOSTILE_NAME.replace("x UserId=victim(2000)", f"x {run}", 1)
+    assert scontrol_job(copied, name=name, account="root").user == "root"
+
+
+def test_comment_workdir_and_stdout_cannot_inject_fields() -> None:
+    """Comment, WorkDir, StdErr/StdOut come after the fields read: text in them is ignored."""
+    text = (FIX / "scontrol_prolog_hostile_fields.txt").read_text()
+    assert "GRES=gpu:4(IDX:0-3)" in text and "Comment=c Account=victim-acct" in text
+    for info in (scontrol_job(text), scontrol_job(text, name="wrap", account="root")):
+        assert (info.user, info.account, info.nodes, info.gpus) == ("root", "root", ["vm"], 1)
+        assert info.gpu_indices == {"vm": (1,)}
+
+
+def test_a_newline_in_a_job_name_cannot_forge_a_record() -> None:
+    """Job 14's name holds a whole record for user victim, a newline, and 'JobId=999': the
+    poller's fallback checks every record against squeue's list of job ids."""
+    text = (FIX / "scontrol_all_forged.txt").read_text(errors="surrogateescape")
+    ids = set((FIX / "squeue_ids_forged.txt").read_text().split())
+    jobs, bad = scontrol_jobs(text, known_ids=ids)
+    assert {j.raw_id for j in jobs} == {"11", "12", "13"}  # 14 and "999": forged
+    assert all(j.user == "root" and j.account == "root" and j.gpus == 1 for j in jobs)
+    assert len(bad) == 2 and any("999" in reason for _, reason in bad)
+    # without squeue's ids the forged line reads as a record of victim's: why the poller asks
+    assert [j.user for j in scontrol_jobs(text)[0] if j.raw_id == "14"] == ["victim"]
+    # the prolog knows the name: the same record is read right
+    forged = (FIX / "scontrol_prolog_forged.txt").read_text()
+    name = forged.split("JobName=", 1)[1].split(" UserId=root(0)")[0]
+    info = scontrol_job(forged, name=name, account="root")
+    assert (info.raw_id, info.user, info.gpus, info.gpu_indices) == ("14", "root", 1, {"vm": (3,)})
+
+
+def test_non_utf8_and_long_job_names_are_replaced_and_bounded() -> None:
+    """Bytes that are not UTF-8 become U+FFFD; names are cut at NAME_MAX (256) characters."""
+    from producers.slurmlib.event import NAME_MAX
+
+    raw = (FIX / "scontrol_prolog_non_utf8.txt").read_bytes()
+    info = scontrol_job(raw.decode(errors="surrogateescape"))
+    ev = job_event(info, "start", "probe", "hook")
+    assert valid(ev).job_name == "caf\ufffd \ufffd\ufffd name"
+    info.name = "\udcff" * 1000  # os.environ's view of undecodable bytes
+    assert valid(job_event(info, "start", "probe", "hook")).job_name == "\ufffd" * NAME_MAX
+    assert NAME_MAX == 256
