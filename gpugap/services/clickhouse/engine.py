@@ -1,7 +1,7 @@
 """The ClickHouse engine in-process (chDB): a fresh connection for every request.
 
 chDB 4 runs queries of different connections in parallel, and a connection's settings, current
-database and temporary tables are its own. So each request gets a connection of its own (0.2 ms
+database and temporary tables are its own. So each request gets a connection of its own (cheap
 to open), with its settings applied and, for a reader, engine-level ``readonly=1`` set last;
 it is closed after the request. Nothing one request sets can reach another, a slow query holds
 only its own connection, and no reset can fail halfway. The engine's configuration (limits.py)
@@ -72,6 +72,10 @@ class Engine:
         self.version = self._keeper.query("SELECT version()").data.decode().strip()
         names = self._keeper.query("SELECT name FROM system.table_functions", "TSVRaw")
         self.table_functions = frozenset(names.data.decode().split())
+        from .policy import off_host
+
+        #: function names refused anywhere in a statement (policy.inspect)
+        self.off_host = off_host(self.table_functions)
         self.baseline = self._keeper.changed_settings()
 
     def connect(self) -> Connection:
@@ -205,6 +209,11 @@ _ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "
 def _strip_wrapper(message: str) -> str:
     i = message.find("Code:")
     return message[i:] if i >= 0 else message
+
+
+def literal(value: str) -> str:
+    """A ClickHouse string literal (setting values are applied as ``SET name = literal``)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _ident(name: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from . import body, policy
 from . import sql as q
-from .engine import Connection, Engine, EngineError, Insert, Outcome
+from .engine import Connection, Engine, EngineError, Insert, Outcome, literal
 from .limits import EndpointLimits
 
 T = TypeVar("T")
@@ -85,9 +85,7 @@ class Execution:
             raise body.TooLarge("the query", self.limits.max_query_bytes)
         if not text.strip():
             raise EngineError("Empty query", 62, "SYNTAX_ERROR")
-        stmt = await self._thread(
-            policy.inspect, conn, text, self.engine.table_functions, call.params
-        )
+        stmt = await self._thread(policy.inspect, conn, text, self.engine.off_host, call.params)
         if stmt.takes_data is not None:
             raise EngineError(
                 "Cannot find where the INSERT's data starts: write `INSERT ... FORMAT <name>` "
@@ -108,7 +106,7 @@ class Execution:
         assert conn is not None
         if call.database:
             conn.use(call.database)
-        conn.apply({**call.settings, "log_comment": _literal(call.marker)})
+        conn.apply({**call.settings, "log_comment": literal(call.marker)})
         if call.readonly:  # last: from here the engine refuses writes, DDL and setting changes
             conn.query("SET readonly = 1")
 
@@ -129,7 +127,7 @@ class Execution:
             scratch.close()
         for name in changed:
             policy.check_setting(name, reader=self.call.readonly)
-        return {k: _literal(v) for k, v in changed.items()}
+        return {k: literal(v) for k, v in changed.items()}
 
     async def _insert(
         self, statement: str, fmt: str, first: bytes, rest: AsyncIterator[bytes]
@@ -139,7 +137,7 @@ class Execution:
         conn = self._conn
         assert conn is not None
         stmt = await self._thread(
-            policy.inspect, conn, f"{statement} FORMAT {fmt}", self.engine.table_functions
+            policy.inspect, conn, f"{statement} FORMAT {fmt}", self.engine.off_host
         )
         if stmt.takes_data is None:
             raise EngineError(f"Not an INSERT that takes data: {statement}", 62, "SYNTAX_ERROR")
@@ -208,7 +206,3 @@ def _tail(chunk: bytes, run: int, limit: int) -> int:
             "CANNOT_PARSE_INPUT_ASSERTION_FAILED",
         )
     return run
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -11,6 +11,7 @@ decided per connection with engine-level ``readonly``.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -113,18 +114,22 @@ def catalog(directory: Path) -> Catalog:
             ).stdout
         except (subprocess.SubprocessError, OSError) as exc:
             raise ServiceError(f"cannot list the engine's settings: {exc}") from None
-        tmp = cache.with_suffix(".tmp")
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")  # endpoints may start side by side
         tmp.write_text(out)
         tmp.replace(cache)
     preset, names = [*cache.read_text().splitlines(), "", ""][:2]
     return Catalog(frozenset(names.split()), frozenset(preset.split()))
 
 
-def write_engine_config(directory: Path, limits: EndpointLimits) -> Path:
-    """Write config.xml and users.xml into ``directory``; return the config's path."""
+def write_engine_config(
+    directory: Path, limits: EndpointLimits, cache: Path | None = None
+) -> Path:
+    """Write config.xml and users.xml into ``directory``; return the config's path. The
+    engine's setting names are read once per chDB version into ``cache`` (default:
+    ``directory``), so a fresh data directory does not start a child process again."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    known = catalog(directory)
+    known = catalog(cache or directory)
     capped = {
         "max_execution_time": limits.max_execution_time_s,
         "max_memory_usage": limits.max_memory_usage,

@@ -75,10 +75,16 @@ class Statement:
         return m.group(1) if m else None
 
 
+def off_host(table_functions: Iterable[str]) -> frozenset[str]:
+    """Lower-case names of the functions that reach the host: every table function off the
+    safe list, and the scalar ones that read files."""
+    return frozenset({f.lower() for f in table_functions} - SAFE_TABLE_FUNCTIONS | HOST_FUNCTIONS)
+
+
 def inspect(
     conn: Connection,
     text: str,
-    table_functions: Iterable[str],
+    off_host: frozenset[str],
     params: Mapping[str, str] | None = None,
 ) -> Statement:
     """The engine's reading of ``text``; refuses host access (code 497, or 564 for INTO
@@ -95,7 +101,6 @@ def inspect(
         raise _denied("FROM INFILE (it reads a file on the server); send the data in the body")
     ast = conn.explain(normalized, params)
     root = ast.split("\n", 1)[0].strip()
-    off_host = {f.lower() for f in table_functions} - SAFE_TABLE_FUNCTIONS | HOST_FUNCTIONS
     for name in _FUNCTION.findall(ast):
         if name.lower() in off_host:
             raise _denied(f"{name}() reaches files, processes or other servers of the host")

@@ -31,7 +31,7 @@ from aiohttp.abc import AbstractAccessLogger
 from gpugap.errors import ConfigError
 
 from . import body, policy
-from .engine import Engine, EngineError, Outcome
+from .engine import Engine, EngineError, Outcome, literal
 from .execute import Call, Execution, Result
 from .limits import EndpointLimits, write_engine_config
 
@@ -159,7 +159,7 @@ class Endpoint:
         for name, value in params.items():
             if name not in TRANSPORT_PARAMS and not name.startswith("param_"):
                 policy.check_setting(name, reader=readonly)
-                settings[name] = _literal(value)
+                settings[name] = literal(value)
         sid = params.get("session_id")
         session = self._session(user.name, sid) if sid else None
         call = Call(
@@ -259,10 +259,6 @@ class AccessLog(AbstractAccessLogger):
         )
 
 
-def _literal(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -306,7 +302,10 @@ def serve(
     """Run until SIGTERM/SIGINT; then stop accepting, finish requests, close the engine."""
     limits = limits or EndpointLimits()
     check_exposure(host, users, insecure_no_password)
-    engine = Engine(path, write_engine_config(path / "gpugap-engine", limits))
+    from gpugap.settings import ServicesSettings
+
+    cache = ServicesSettings().cache_dir / "chdb"
+    engine = Engine(path, write_engine_config(path / "gpugap-engine", limits, cache))
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
