@@ -30,7 +30,7 @@ demo: $(STAMP) ## run the demo on the embedded defaults (DURATION=seconds, defau
 	$(BIN)/gpugap demo $(if $(DURATION),--duration $(DURATION),)
 
 bench: $(STAMP) ## codec and broker throughput beside plain baselines
-	$(BIN)/gpugap bench all
+	$(BIN)/python -m benchmarks all
 
 services-up: $(STAMP) ## start the local Kafka broker (127.0.0.1:9092)
 	$(BIN)/gpugap services up
@@ -38,9 +38,9 @@ services-up: $(STAMP) ## start the local Kafka broker (127.0.0.1:9092)
 services-down: $(STAMP) ## stop the local Kafka broker
 	$(BIN)/gpugap services down
 
-protos: $(STAMP) ## regenerate the kubelet PodResources stubs from producers/gpu/kubelet/api.proto
+protos: $(STAMP) ## regenerate the kubelet PodResources stubs from producers/nvml/kubelet/api.proto
 	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. \
-		producers/gpu/kubelet/api.proto
+		producers/nvml/kubelet/api.proto
 
 clean: ## remove the virtualenv and caches (the Kafka jar cache stays)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,1 +1,2 @@
-"""Benchmarks run from a checkout (``python -m benchmarks.<name>``), not shipped with gpugap."""
+"""Benchmarks: ``python -m benchmarks SUBJECT`` from a source checkout (``make bench``).
+Never installed with gpugap, and nothing in the installed package imports them."""

@@ -5,7 +5,7 @@ baseline git ref ("baseline"), and beside chDB in-process where that means somet
 2. insert throughput: GPU-minute rows through clickhouse-connect, as the sink sends them;
 3. memory and liveness under hostile request bodies: 30 MB, 2 GiB streamed, a zstd bomb.
 
-    .venv/bin/python -m benchmarks.endpoint [--baseline-ref REF] [--quick]
+    .venv/bin/python -m benchmarks endpoint [--baseline-ref REF] [--quick]
 
 The baseline runs from a throwaway ``git worktree`` (removed at the end) with its own code on
 ``PYTHONPATH`` and as the working directory, so the installed (editable) gpugap is not what it
@@ -355,10 +355,10 @@ class InsertData:
 
 
 def prepare_inserts(direct: Direct, data: InsertData, repeats: int) -> float:
-    """GPU-minute rows as Native bytes (as in ``gpugap bench warehouse``), made by chDB
+    """GPU-minute rows as Native bytes (as in ``python -m benchmarks warehouse``), made by chDB
     in-process, and chDB's own rate for them (rows/s, median)."""
-    from sinks.bench import SYNTHETIC
-    from sinks.warehouse import migrations
+    from benchmarks.warehouse import SYNTHETIC
+    from sinks.clickhouse.warehouse import migrations
 
     ddl = next(s for s in migrations()[0].statements() if "EXISTS gpu_minutes" in s)
     direct.a.query("CREATE DATABASE IF NOT EXISTS bench")
@@ -404,9 +404,9 @@ def insert_throughput(
     compression, and Python rows with ``client.insert``, the sink's own call."""
     import clickhouse_connect
 
+    from benchmarks.warehouse import SYNTHETIC
     from gpugap.settings import ClickHouseSettings
-    from sinks.bench import SYNTHETIC
-    from sinks.warehouse import client_options, connect, migrate
+    from sinks.clickhouse.warehouse import client_options, connect, migrate
 
     settings = ClickHouseSettings(url=url, password=ADMIN_PW, database="bench")
     migrate(settings)
@@ -963,7 +963,7 @@ def summary(name: str, r: Result, results: dict[str, Result], direct: Isolation 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.endpoint",
+        prog="python -m benchmarks endpoint",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

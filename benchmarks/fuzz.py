@@ -1,4 +1,4 @@
-"""``python -m benchmarks.fuzz [--hostile N] [--engine asyncio|faust]``: hostile records through a
+"""``python -m benchmarks fuzz [--hostile N] [--engine asyncio|faust]``: hostile records through a
 real worker process on a real (throwaway) Kafka broker.
 
 The ``small`` scenario is published twice, into two topic namespaces: once as it is, once with
@@ -27,18 +27,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks.topics import preload
+from benchmarks.worker_inproc import Capture, Msg
 from gpugap.settings import KafkaSettings, ServicesSettings
 from schemas import DeadLetter, GpuMinute, decode
 from schemas.topics import DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
-from streams.bench_inproc import Capture, Msg
-from streams.bench_worker import preload
 
 INPUTS = (SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name)
 
 
 def scenario() -> list[Msg]:
-    from producers.sim import S, build
-    from producers.sim.emit import Emitter
+    from gpugap.simulator import S, build
+    from gpugap.simulator.emit import Emitter
 
     sc = S.load("small")
     cap = Capture()
@@ -104,8 +104,8 @@ def hostile(rng: random.Random, good: list[Msg]) -> Msg:
 
 
 def build(n: int, seed: int) -> tuple[list[Msg], list[Msg]]:
-    from gpugap.errors import InvalidRecord
     from schemas import by_name
+    from schemas.errors import InvalidRecord
 
     rng = random.Random(seed)
     good = scenario()
@@ -174,7 +174,7 @@ def totals(kafka: KafkaSettings) -> tuple[dict[str, tuple[float, float]], list[D
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.fuzz", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks fuzz", description=__doc__)
     ap.add_argument("--hostile", type=int, default=100_000)
     ap.add_argument("--engine", choices=["asyncio", "faust"], default="asyncio")
     ap.add_argument("--seed", type=int, default=7)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import logging
 import signal
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpugap import __version__
-from gpugap.errors import FatalError, GpugapError
+from schemas.errors import FatalError, GpugapError
 
 if TYPE_CHECKING:
     from gpugap.settings import Settings
@@ -90,7 +89,7 @@ def _clickhouse_serve(args: argparse.Namespace) -> int:
 
 
 def _db_migrate(args: argparse.Namespace) -> int:
-    from sinks.warehouse import migrate
+    from sinks.clickhouse.warehouse import migrate
 
     settings = _settings().clickhouse
     applied = migrate(settings)
@@ -104,9 +103,9 @@ def _db_migrate(args: argparse.Namespace) -> int:
 
 
 def _sink(args: argparse.Namespace) -> int:
-    from gpugap.consume import DeadLetters
-    from gpugap.publish import KafkaPublisher
-    from sinks.clickhouse import ClickHouseSink
+    from gpugap.kafka.consume import DeadLetters
+    from gpugap.kafka.publish import KafkaPublisher
+    from sinks.clickhouse.sink import ClickHouseSink
 
     settings = _settings()
     sink = ClickHouseSink(
@@ -130,7 +129,7 @@ def _sink(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from gpugap.publish import open_publisher
+    from gpugap.kafka.publish import open_publisher
     from producers import by_name, run_producer
 
     settings = _settings()
@@ -166,49 +165,6 @@ def _gpu_overrides(args: argparse.Namespace, settings: Settings) -> Settings:
     return settings
 
 
-def _bench(args: argparse.Namespace) -> int:
-    if args.what in ("nvml", "dcgm"):  # fake NVML and recorded scrapes: a source checkout
-        root = Path(__file__).resolve().parents[1]
-        if not (root / "tests" / f"{args.what}_bench.py").exists():
-            raise FatalError(f"`gpugap bench {args.what}` runs from a source checkout (tests/)")
-        sys.path.insert(0, str(root))
-        gpu_bench = importlib.import_module(f"tests.{args.what}_bench")
-        gpu_code: int = gpu_bench.main(repeats=args.repeats)
-        return gpu_code
-    if args.what == "kubernetes":  # needs the test API server: a source checkout
-        root = Path(__file__).resolve().parents[1]
-        if not (root / "tests" / "k8s_bench.py").exists():
-            raise FatalError("`gpugap bench kubernetes` runs from a source checkout (tests/)")
-        sys.path.insert(0, str(root))
-        k8s_bench = importlib.import_module("tests.k8s_bench")
-        code: int = k8s_bench.main(repeats=min(args.repeats, 3))
-        return code
-    if args.what == "report":  # the whole report over --rows synthetic GPU-minutes
-        from gpugap.report.bench import main as report_bench
-
-        counts = [int(float(r)) for r in args.rows.split(",")]
-        return report_bench(counts, args.repeats, args.clickhouse)
-    if args.what == "worker":  # one worker's throughput, and latency at a fixed load
-        from streams.bench_worker import main as worker_bench
-
-        return worker_bench(
-            args.samples,
-            repeats=args.repeats,
-            duration=args.duration,
-            live_nodes=args.live_nodes,
-            engines=args.engines.split(","),
-            profile=args.profile,
-        )
-    if args.what == "warehouse":
-        from sinks.bench import main as warehouse_bench
-
-        rows = [int(float(r)) for r in args.rows.split(",")]
-        return warehouse_bench(rows, args.repeats, args.clickhouse)
-    from gpugap.bench import main as bench_main
-
-    return bench_main(args.what, samples=args.samples, repeats=args.repeats)
-
-
 def _gpu_options(prod: argparse.ArgumentParser) -> None:
     prod.add_argument(
         "--endpoint",
@@ -232,7 +188,7 @@ def _gpu_options(prod: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per command
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpugap", description="Allocated vs consumed GPU-hours across Slurm and Kubernetes."
     )
@@ -311,45 +267,6 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per 
     )
     _gpu_options(prod)
 
-    bench = cmd("bench", _bench, "print codec and broker throughput figures")
-    bench.add_argument(
-        "what",
-        nargs="?",
-        choices=[
-            "codec",
-            "kafka",
-            "simulate",
-            "warehouse",
-            "report",
-            "kubernetes",
-            "nvml",
-            "dcgm",
-            "worker",
-            "all",
-        ],
-        default="all",
-    )
-    bench.add_argument("--samples", type=int, default=20_000, help="node samples per run")
-    bench.add_argument("--repeats", type=int, default=5, help="runs per figure (median)")
-    bench.add_argument(
-        "--rows", default="10e6,100e6", help="warehouse: GPU-minute row counts to measure views at"
-    )
-    bench.add_argument(
-        "--clickhouse",
-        metavar="URL",
-        help="warehouse: an existing ClickHouse instead of a throwaway endpoint",
-    )
-    bench.add_argument(
-        "--duration", type=float, default=300.0, help="worker: latency run, seconds (0 = none)"
-    )
-    bench.add_argument(
-        "--live-nodes", type=int, default=200, help="worker latency: 8-GPU nodes every 10 s"
-    )
-    bench.add_argument("--engines", default="faust,asyncio", help="worker: engines to measure")
-    bench.add_argument(
-        "--profile", type=Path, metavar="DIR", help="worker: py-spy profiles into DIR"
-    )
-
     from gpugap.cli_sim import register as register_sim  # simulate, record, replay
 
     register_sim(sub, cmd)
@@ -362,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per 
     from gpugap.cli_report import register as register_report  # report, sql
 
     register_report(sub, cmd)
-    from producers.slurm_cli import register as register_slurm  # slurm-hook, produce --since
+    from producers.slurm.cli import register as register_slurm  # slurm-hook, produce --since
 
     register_slurm(sub, cmd)
     return p
@@ -371,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["slurm-hook"]:  # slurmctld runs it per job: no parser, no heavy imports
-        from producers.slurm_hook import main as slurm_hook
+        from producers.slurm.hook_command import main as slurm_hook
 
         return slurm_hook(argv[1:])
     args = build_parser().parse_args(argv)

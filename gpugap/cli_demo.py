@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugap.demo import DemoOptions, run_demo
-from gpugap.errors import ConfigError
+from schemas.errors import ConfigError
 
 
 def register(sub: Any, cmd: Any) -> None:

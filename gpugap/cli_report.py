@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpugap.errors import ConfigError
+from schemas.errors import ConfigError
 
 if TYPE_CHECKING:
     from gpugap.settings import ClickHouseSettings
@@ -72,7 +72,7 @@ def _clickhouse_flag(p: argparse.ArgumentParser) -> None:
 
 def _settings(args: argparse.Namespace) -> ClickHouseSettings:
     from gpugap.settings import load
-    from sinks.warehouse import client_options
+    from sinks.clickhouse.warehouse import client_options
 
     settings = load().clickhouse
     if args.clickhouse:

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpugap.errors import ConfigError
+from schemas.errors import ConfigError
 
 Cmd = Callable[..., argparse.ArgumentParser]
 
 
 def _duration(text: str) -> int:
-    from producers.sim.scenario import parse_duration
+    from gpugap.simulator.scenario import parse_duration
 
     try:
         seconds = parse_duration(text)
@@ -98,10 +98,10 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from gpugap.publish import open_publisher
+    from gpugap.kafka.publish import open_publisher
     from gpugap.settings import load
+    from gpugap.simulator.simulator import Simulator, truth_path_for
     from producers.base import run_producer
-    from producers.simulate import Simulator, truth_path_for
 
     settings = load()
     truth = Path(args.truth) if args.truth else truth_path_for(args.out)
@@ -125,7 +125,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _record(args: argparse.Namespace) -> int:
     from gpugap.settings import load
-    from producers.record import record
+    from producers.replay.record import record
 
     counts = asyncio.run(
         record(load().kafka, args.topics, args.out, idle_timeout_s=args.idle_timeout)
@@ -136,10 +136,10 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from gpugap.publish import open_publisher
+    from gpugap.kafka.publish import open_publisher
     from gpugap.settings import load
     from producers.base import run_producer
-    from producers.replay import Replay
+    from producers.replay.producer import Replay
 
     settings = load()
     speed = args.speed if args.speed and not args.as_fast_as_possible else None

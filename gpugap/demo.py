@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from gpugap.demo_watch import against_truth, create_topics, worker_metrics
-from gpugap.errors import ConfigError, ServiceError
 from gpugap.services.kafka import free_port
 from gpugap.settings import ClickHouseSettings, KafkaSettings, load
+from schemas.errors import ConfigError, ServiceError
 
 PREFIX = "demo."
 GPUGAP = [sys.executable, "-m", "gpugap"]
@@ -108,7 +108,7 @@ class Demo:
 
     def run(self) -> int:
         from gpugap.report import render, report_for
-        from sinks.warehouse import migrate
+        from sinks.clickhouse.warehouse import migrate
 
         self.tmp = self.opts.data_dir or Path(tempfile.mkdtemp(prefix="gpugap-demo-"))
         bootstrap = self._start_kafka(self.tmp)
@@ -185,8 +185,8 @@ class Demo:
         produced is stored and rolled up (asked of the broker and the warehouse: a busy
         worker's /metrics may not answer, and its gauges between two batches say little)."""
         from gpugap.demo_watch import Watch, stale_rollups
-        from sinks.clickhouse import ClickHouseSink
-        from sinks.warehouse import connect
+        from sinks.clickhouse.sink import ClickHouseSink
+        from sinks.clickhouse.warehouse import connect
         from streams.join import INPUTS
 
         assert self.kafka is not None

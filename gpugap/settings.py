@@ -15,7 +15,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gpugap.classify import CLASS_LABEL, ClassRule
-from gpugap.errors import ConfigError
+from schemas.errors import ConfigError
 from schemas.types import WorkloadClass
 
 if TYPE_CHECKING:
@@ -333,7 +333,7 @@ class DcgmSettings(BaseSettings):
 class SlurmSettings(BaseSettings):
     """The Slurm hook (``gpugap slurm-hook``) and poller (``gpugap produce slurm``).
 
-    The hook reads the same variables without pydantic (producers/slurm_hook.py HookConfig):
+    The hook reads the same variables without pydantic (producers/slurm/hook_command.py HookConfig):
     slurmctld runs it on every job start and end, so it imports only the standard library.
     """
 

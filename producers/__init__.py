@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import importlib
 
-from gpugap.errors import ConfigError
+from schemas.errors import ConfigError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (see __getattr__)
 if TYPE_CHECKING:
     from typing import Any
 
-    from .base import Producer, run_producer
+    from producers.base import Producer, run_producer
 
 
 def __getattr__(name: str) -> Any:
     # Producer and run_producer import the publisher (aiokafka, pydantic): only on first use,
     # so that light modules of this package (the Slurm hook, run per job) start fast.
     if name in ("Producer", "run_producer"):
-        from . import base
+        from producers import base
 
         return getattr(base, name)
     raise AttributeError(f"module 'producers' has no attribute {name!r}")
@@ -25,10 +25,10 @@ def __getattr__(name: str) -> Any:
 
 #: name -> "module:Class"; imported only when asked for, so optional dependencies stay optional.
 REGISTRY: dict[str, str] = {
-    "kubernetes": "producers.kubernetes:KubernetesProducer",
-    "nvml": "producers.nvml:NvmlProducer",
-    "dcgm": "producers.dcgm:DcgmProducer",
-    "slurm": "producers.slurm:SlurmProducer",
+    "kubernetes": "producers.kubernetes.producer:KubernetesProducer",
+    "nvml": "producers.nvml.producer:NvmlProducer",
+    "dcgm": "producers.dcgm.producer:DcgmProducer",
+    "slurm": "producers.slurm.producer:SlurmProducer",
 }
 
 

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from gpugap.publish import Publisher
+from gpugap.kafka.publish import Publisher
 from gpugap.settings import Settings
 from schemas import Record, Topic
 

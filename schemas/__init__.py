@@ -1,7 +1,7 @@
 """Records, topics and the codec shared by producers, streams and sinks."""
 
-from .codec import decode, encode
-from .models import (
+from schemas.codec import decode, encode
+from schemas.models import (
     Alert,
     AllocationEvent,
     Attribution,
@@ -15,8 +15,8 @@ from .models import (
     Record,
     SlurmJobEvent,
 )
-from .topics import TOPICS, Topic, by_name
-from .types import format_utc, to_utc, utc_now
+from schemas.topics import TOPICS, Topic, by_name
+from schemas.types import format_utc, to_utc, utc_now
 
 __all__ = [
     "TOPICS",

@@ -7,11 +7,10 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from gpugap.errors import MalformedRecord, SchemaViolation
-
-from .models import Record
-from .topics import TOPICS, Topic
-from .types import GPU_UUID_PATTERN
+from schemas.errors import MalformedRecord, SchemaViolation
+from schemas.models import Record
+from schemas.topics import TOPICS, Topic
+from schemas.types import GPU_UUID_PATTERN
 
 M = TypeVar("M", bound=Record)
 

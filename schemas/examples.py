@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .models import (
+from schemas.models import (
     Alert,
     AllocationEvent,
     Attribution,
@@ -22,7 +22,7 @@ from .models import (
     Record,
     SlurmJobEvent,
 )
-from .types import ActivityMetric, SampleSource
+from schemas.types import ActivityMetric, SampleSource
 
 EPOCH = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .types import (
+from schemas.types import (
     MAX_GANG_SIZE,
     MAX_GPU_INDEX,
     MAX_GPUS_PER_JOB,

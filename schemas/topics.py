@@ -6,9 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from gpugap.errors import UnknownTopic
-
-from .models import (
+from schemas.errors import UnknownTopic
+from schemas.models import (
     Alert,
     AllocationEvent,
     DeadLetter,

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import importlib
 
-from gpugap.errors import ConfigError
-
-from .base import BatchingSink, Rejected
+from schemas.errors import ConfigError
+from sinks.base import BatchingSink, Rejected
 
 #: name -> "module:Class"
-REGISTRY: dict[str, str] = {"clickhouse": "sinks.clickhouse:ClickHouseSink"}
+REGISTRY: dict[str, str] = {"clickhouse": "sinks.clickhouse.sink:ClickHouseSink"}
 
 
 def by_name(name: str) -> type[BatchingSink]:

@@ -16,10 +16,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from gpugap.consume import DeadLetters, RawMessage, consume
-from gpugap.errors import InvalidRecord, RetriableError
+from gpugap.kafka.consume import DeadLetters, RawMessage, consume
 from gpugap.settings import KafkaSettings
 from schemas import Record, Topic
+from schemas.errors import InvalidRecord, RetriableError
 from schemas.types import DeadLetterKind
 
 log = logging.getLogger(__name__)

@@ -27,9 +27,8 @@ from schemas.types import (
     WorkloadClass,
     format_utc,
 )
-
-from .core import ms
-from .detect_idle import at
+from streams.core import ms
+from streams.detect_idle import at
 
 
 def from_slurm(ev: SlurmJobEvent, rules: Sequence[ClassRule] = ()) -> list[AllocationEvent]:

@@ -19,8 +19,7 @@ from typing import Any
 import faust
 
 from gpugap.settings import KafkaSettings, Settings
-
-from .faust_runner import AppOptions, Runner
+from streams.faust_runner import AppOptions, Runner
 
 __all__ = ["AppOptions", "Runner", "create_app", "run"]
 
@@ -152,7 +151,7 @@ def _prepare(kafka: KafkaSettings, inputs: set[str], group: str) -> None:
     """The inputs exist and the group can be joined before Faust subscribes (else aiokafka
     logs ERRORs on a fresh broker); on a loop of its own: Faust's worker runs on the thread's
     default loop, which this must neither close nor replace."""
-    from gpugap.admin import prepare
+    from gpugap.kafka.admin import prepare
 
     loop = asyncio.new_event_loop()
     try:

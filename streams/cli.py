@@ -113,8 +113,8 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from gpugap.errors import ConfigError
     from gpugap.settings import load
+    from schemas.errors import ConfigError
     from streams.core import CoreConfig
 
     settings = load()
@@ -167,7 +167,7 @@ def _worker(args: argparse.Namespace) -> int:
 def idle_config(idle: Any, threshold: float | None = None, minutes: int | None = None) -> Any:
     """The stream's IdleConfig from the idle settings (IdleSettings), with the flags' overrides
     of the defaults (per-class values stay as configured)."""
-    from gpugap.errors import ConfigError
+    from schemas.errors import ConfigError
     from streams.detect_idle import IdleConfig
 
     if threshold is not None and not 0.0 <= threshold <= 1.0:
@@ -185,7 +185,7 @@ def idle_config(idle: Any, threshold: float | None = None, minutes: int | None =
 async def _asyncio_worker(
     settings: Any, args: argparse.Namespace, config: Any, web: tuple[str, int] | None
 ) -> Any:
-    from gpugap.publish import KafkaPublisher
+    from gpugap.kafka.publish import KafkaPublisher
     from streams.worker import Worker, serve_http
 
     async with KafkaPublisher(settings.kafka) as pub:

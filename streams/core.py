@@ -37,10 +37,9 @@ from schemas.types import (
     LifecycleKind,
     format_utc,
 )
-
-from . import window as W
-from .detect_idle import EPOCH, IdleConfig, at, observe
-from .rows import minute_rows, placeholder_uuid
+from streams import window as W
+from streams.detect_idle import EPOCH, IdleConfig, at, observe
+from streams.rows import minute_rows, placeholder_uuid
 
 __all__ = ["CoreConfig", "NodeCore", "Output", "Refused", "ms", "placeholder_uuid"]
 

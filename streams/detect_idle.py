@@ -1,6 +1,6 @@
 """Idle-GPU episodes of one node's allocations, minute by closed minute (pure, JSON state).
 
-Matches the simulator's ground truth (producers/sim/truth.py): an idle minute is a whole UTC
+Matches the simulator's ground truth (gpugap/simulator/truth.py): an idle minute is a whole UTC
 minute wholly inside an allocation, with telemetry, whose time-weighted activity is below the
 class threshold; an idle run is at least N consecutive idle minutes of one GPU; overlapping or
 adjacent runs on GPUs of the same allocation are one episode. The alert opens when the first

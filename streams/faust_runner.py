@@ -23,12 +23,11 @@ from typing import Any
 
 import faust
 
-from gpugap.consume import RawMessage
-from gpugap.publish import KafkaPublisher
+from gpugap.kafka.consume import RawMessage
+from gpugap.kafka.publish import KafkaPublisher
 from gpugap.settings import KafkaSettings
-
-from .core import CoreConfig
-from .join import INPUTS, Join, already_taken, resume_offset
+from streams.core import CoreConfig
+from streams.join import INPUTS, Join, already_taken, resume_offset
 
 log = logging.getLogger(__name__)
 

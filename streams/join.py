@@ -22,14 +22,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpugap.consume import DeadLetters, RawMessage
-from gpugap.publish import Publisher
+from gpugap.kafka.consume import DeadLetters, RawMessage
+from gpugap.kafka.publish import Publisher
 from schemas import NodeSample, Record, encode
 from schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
 from schemas.types import DeadLetterKind
-
-from .core import CoreConfig, ms
-from .process import Processor, Result
+from streams.core import CoreConfig, ms
+from streams.process import Processor, Result
 
 log = logging.getLogger(__name__)
 INPUTS = (SAMPLES, SLURM_JOBS, K8S_PODS)

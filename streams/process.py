@@ -17,10 +17,9 @@ from schemas.models import (
     Record,
     SlurmJobEvent,
 )
-
-from .allocate import GangTracker, from_pod, from_slurm
-from .core import CoreConfig, NodeCore, Output, ms
-from .merge_alerts import AlertMerger
+from streams.allocate import GangTracker, from_pod, from_slurm
+from streams.core import CoreConfig, NodeCore, Output, ms
+from streams.merge_alerts import AlertMerger
 
 
 @dataclass
@@ -106,7 +105,7 @@ class Processor:
         m = self.state["max_ms"]
         if m is None:
             return out
-        from .detect_idle import at
+        from streams.detect_idle import at
 
         t = at(m + extra_ms)
         t_ms = m + extra_ms

@@ -16,9 +16,8 @@ from typing import Any
 from schemas.fast import trusted
 from schemas.models import GpuMinute
 from schemas.types import ActivityMetric, Scheduler, WorkloadClass
-
-from . import window as W
-from .detect_idle import at
+from streams import window as W
+from streams.detect_idle import at
 
 MINUTE = W.MINUTE_MS
 #: enum members by value (the state holds values)

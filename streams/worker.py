@@ -18,14 +18,13 @@ import logging
 import time
 from typing import Any
 
-from gpugap.admin import ensure_topics, wait_for_coordinator
-from gpugap.consume import RawMessage
-from gpugap.errors import RetriableError
-from gpugap.publish import Publisher
+from gpugap.kafka.admin import ensure_topics, wait_for_coordinator
+from gpugap.kafka.consume import RawMessage
+from gpugap.kafka.publish import Publisher
 from gpugap.settings import KafkaSettings
-
-from .core import CoreConfig
-from .join import INPUTS, Join, WorkerStats, already_taken, resume_offset
+from schemas.errors import RetriableError
+from streams.core import CoreConfig
+from streams.join import INPUTS, Join, WorkerStats, already_taken, resume_offset
 
 log = logging.getLogger(__name__)
 

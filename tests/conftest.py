@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
-from gpugap.errors import GpugapError
 from gpugap.services.kafka import LocalKafka, broker_ready
 from gpugap.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
 from schemas import Record, Topic, decode
+from schemas.errors import GpugapError
 
 if TYPE_CHECKING:
     from tests.kafka_tls import TlsBroker
@@ -230,7 +230,7 @@ def _clickhouse_answers(settings: ClickHouseSettings) -> bool:
 @pytest.fixture
 def clickhouse(clickhouse_server: ClickHouseSettings) -> Iterator[ClickHouseSettings]:
     """A database of this test's own, with the migrations applied; dropped afterwards."""
-    from sinks.warehouse import connect, migrate
+    from sinks.clickhouse.warehouse import connect, migrate
 
     settings = clickhouse_server.model_copy(update={"database": f"t{uuid.uuid4().hex[:10]}"})
     migrate(settings)

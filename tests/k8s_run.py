@@ -9,10 +9,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpugap.publish import JsonlPublisher, Publisher
+from gpugap.kafka.publish import JsonlPublisher, Publisher
 from gpugap.settings import KubernetesSettings, Settings
 from producers import run_producer
-from producers.kubernetes import KubernetesProducer
+from producers.kubernetes.producer import KubernetesProducer
 from schemas import DeadLetter, K8sPodEvent, decode
 from schemas.topics import DEAD_LETTER, K8S_PODS
 from tests.k8s_api import ApiServer, FakeCluster

@@ -15,9 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpugap.errors import ServiceError
 from gpugap.services.kafka import LocalKafka, free_port
 from gpugap.settings import KafkaSettings, ServicesSettings
+from schemas.errors import ServiceError
 
 CA_CONFIG = """[req]
 distinguished_name = dn

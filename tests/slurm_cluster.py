@@ -33,7 +33,7 @@ GPUGAP = Path(sys.executable).with_name("gpugap")
 #: what slurmctld runs, as deploy/slurm/gpugap-hook does: ``-S`` skips site (its .pth files
 #: cost more than the hook itself), the package found through PYTHONPATH instead
 ROOT = Path(__file__).resolve().parents[1]
-HOOK = f"PYTHONPATH={ROOT} {sys.executable} -S -m producers.slurm_hook"
+HOOK = f"PYTHONPATH={ROOT} {sys.executable} -S -m producers.slurm.hook_command"
 
 
 def which(name: str) -> str | None:

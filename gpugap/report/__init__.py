@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gpugap.report.build import build_report
+from gpugap.report.models import DIMENSIONS, Report, report_schema
+from gpugap.report.queries import BY_COLUMN
+from gpugap.report.query import QueryError, open_client
+from gpugap.report.render import FORMATS, render
+from gpugap.report.timearg import parse_time, parse_window
 from gpugap.settings import ClickHouseSettings
-
-from .build import build_report
-from .models import DIMENSIONS, Report, report_schema
-from .queries import BY_COLUMN
-from .query import QueryError, open_client
-from .render import FORMATS, render
-from .timearg import parse_time, parse_window
 
 __all__ = [
     "BY_COLUMN",

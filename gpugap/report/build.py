@@ -10,9 +10,7 @@ import time
 from datetime import UTC, date, datetime
 from typing import Any
 
-from gpugap.errors import ConfigError
-
-from .models import (
+from gpugap.report.models import (
     DIMENSIONS,
     AllocationWaste,
     Capacity,
@@ -28,8 +26,9 @@ from .models import (
     Report,
     Window,
 )
-from .queries import BY_COLUMN, METRICS, PAST, Queries, window_parameters
-from .query import run_query
+from gpugap.report.queries import BY_COLUMN, METRICS, PAST, Queries, window_parameters
+from gpugap.report.query import run_query
+from schemas.errors import ConfigError
 
 
 def _utc(t: datetime | date | None) -> datetime | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpugap.errors import FatalError, RetriableError
 from gpugap.settings import ClickHouseSettings
+from schemas.errors import FatalError, RetriableError
 
 # readonly=2: no writes and no DDL, but settings may still be changed per query (clickhouse-
 # connect sends some of its own; readonly=1 would refuse those).
@@ -49,7 +49,7 @@ def open_client(settings: ClickHouseSettings) -> Any:
     import clickhouse_connect
     from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
-    from sinks.warehouse import client_options
+    from sinks.clickhouse.warehouse import client_options
 
     # both libraries log each failed attempt as a warning: the error below says it once
     for name in ("urllib3", "clickhouse_connect"):

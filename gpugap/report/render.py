@@ -8,10 +8,9 @@ import io
 from datetime import datetime
 from typing import Any
 
-from gpugap.errors import ConfigError
-
-from .models import Gap, Report
-from .table import Col, table
+from gpugap.report.models import Gap, Report
+from gpugap.report.table import Col, table
+from schemas.errors import ConfigError
 
 FORMATS = ("table", "json", "csv")
 WIDTH = 100

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from gpugap.settings import ClickHouseSettings
-from sinks.warehouse import connect, migrate
+from sinks.clickhouse.warehouse import connect, migrate
 from tests.gpugap.report_data import store
 
 

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from gpugap.settings import ClickHouseSettings
 from schemas import Alert, GpuMinute, K8sPodEvent, NodeGpus, Record, SlurmJobEvent
 from schemas.examples import gpu_uuid
-from sinks.clickhouse import ClickHouseSink
+from sinks.clickhouse.sink import ClickHouseSink
 
 T0 = datetime(2026, 11, 2, 23, 0, tzinfo=UTC)
 MINUTES = 120

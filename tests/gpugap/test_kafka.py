@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from gpugap.consume import DeadLetters, RawMessage, consume
-from gpugap.publish import KafkaPublisher
+from gpugap.kafka.consume import DeadLetters, RawMessage, consume
+from gpugap.kafka.publish import KafkaPublisher
 from gpugap.settings import KafkaSettings
 from schemas import DeadLetter, NodeSample, Record, encode
 from schemas.examples import node_samples

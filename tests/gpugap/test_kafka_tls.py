@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
-from gpugap.consume import DeadLetters, RawMessage, consume
-from gpugap.errors import ConfigError, RetriableError
-from gpugap.publish import KafkaPublisher
+from gpugap.kafka.consume import DeadLetters, RawMessage, consume
+from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import broker_ready
 from gpugap.settings import KafkaSettings, Settings, load
 from schemas import TOPICS, Record
+from schemas.errors import ConfigError, RetriableError
 from schemas.examples import node_samples
 from schemas.topics import MINUTES, SAMPLES
 from tests.conftest import create_topics, read_topic
@@ -230,9 +230,9 @@ def test_workers_run_over_mutual_tls(
     """Every client a worker makes (Faust's consumer, producer and changelog; the asyncio
     worker's consumer, admin and state topic; the publisher) reaches the mTLS listener:
     one without the TLS context could not connect at all."""
+    from benchmarks.topics import create_topics as create_worker_topics
+    from gpugap.simulator.simulator import Simulator
     from producers.base import run_producer
-    from producers.simulate import Simulator
-    from streams.bench_worker import create_topics as create_worker_topics
 
     async def feed() -> None:
         await create_worker_topics(kafka_tls, list(TOPICS))

@@ -19,7 +19,7 @@ import pytest
 from gpugap.report import build_report, render, report_for, report_schema
 from gpugap.report.queries import window_parameters
 from gpugap.settings import ClickHouseSettings
-from sinks.warehouse import connect
+from sinks.clickhouse.warehouse import connect
 from tests.gpugap.report_data import T0
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "report"

@@ -17,15 +17,15 @@ from typing import Any, ClassVar
 import pytest
 
 from gpugap.cli import main
-from gpugap.consume import DeadLetters
-from gpugap.errors import GpugapError
-from gpugap.publish import KafkaPublisher
+from gpugap.kafka.consume import DeadLetters
+from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import LocalKafka
 from gpugap.settings import KafkaSettings, ServicesSettings, Settings
 from schemas import Record, Topic
+from schemas.errors import GpugapError
 from schemas.topics import ALERTS, ALLOCATIONS, DEAD_LETTER, MINUTES
 from sinks.base import BatchingSink
-from sinks.clickhouse import ClickHouseSink
+from sinks.clickhouse.sink import ClickHouseSink
 from streams.join import INPUTS as WORKER_INPUTS
 from streams.worker import Worker
 from tests.conftest import unavailable
@@ -67,7 +67,7 @@ def simulate(path: Path) -> None:
 
 async def replay(kafka: KafkaSettings, path: Path) -> None:
     from producers.base import run_producer
-    from producers.replay import Replay
+    from producers.replay.producer import Replay
 
     await run_producer(Replay(Settings(kafka=kafka), path), KafkaPublisher(kafka))
 
@@ -234,7 +234,7 @@ def test_no_right_to_create_topics_is_one_warning(
         assert asyncio.run(admin.ensure_topics(settings, ["exists", "a", "b"])) == []
     # asked once, with the fallback defaults (no right to read the broker's either)
     assert _Denied.created == [[("a", 1, 3), ("b", 1, 3)]]
-    warnings = [r for r in caplog.records if r.name == "gpugap.admin"]
+    warnings = [r for r in caplog.records if r.name == "gpugap.kafka.admin"]
     assert [r.levelname for r in warnings] == ["WARNING"]
     assert "they must exist" in warnings[0].getMessage()
     assert "a, b" in warnings[0].getMessage()

@@ -15,7 +15,7 @@ import pytest
 
 import producers
 from gpugap.cli import main
-from gpugap.publish import JsonlPublisher, KafkaPublisher
+from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
 from gpugap.settings import KafkaSettings, Settings, load
 from producers import Producer, run_producer
 from schemas import NodeSample, Record, Topic, decode
@@ -89,7 +89,7 @@ def test_stop_ends_the_loop_and_everything_sent_is_flushed(tmp_path: Path) -> No
 
 SIGNAL_SCRIPT = """
 import asyncio, sys
-from gpugap.publish import JsonlPublisher
+from gpugap.kafka.publish import JsonlPublisher
 from gpugap.settings import load
 from producers import run_producer
 from tests.producers.test_base import Ticker

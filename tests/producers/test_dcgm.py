@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gpugap.errors import ConfigError
-from gpugap.publish import JsonlPublisher, KafkaPublisher
+from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
 from gpugap.services.kafka import free_port
 from gpugap.settings import DcgmSettings, KafkaSettings, Settings
 from producers import by_name, run_producer
-from producers.dcgm import DcgmProducer, endpoint_url
+from producers.dcgm.producer import DcgmProducer, endpoint_url
 from schemas import DeadLetter, NodeSample
+from schemas.errors import ConfigError
 from schemas.topics import DEAD_LETTER, SAMPLES
 from tests.conftest import create_topics, read_topic
 
@@ -102,7 +102,7 @@ def test_one_round_many_endpoints_one_down_one_hung_one_bad(
             await run_producer(producer, JsonlPublisher(out), once=True)
             return producer
 
-    with caplog.at_level(logging.WARNING, logger="producers.dcgm"):
+    with caplog.at_level(logging.WARNING, logger="producers.dcgm.producer"):
         producer = asyncio.run(run())
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     samples = [NodeSample.model_validate(x["value"]) for x in lines if x["topic"] == SAMPLES.name]
@@ -159,7 +159,7 @@ def test_an_endpoint_going_down_and_back_is_logged_once_each(
             await runner.cleanup()
         return got
 
-    with caplog.at_level(logging.WARNING, logger="producers.dcgm"):
+    with caplog.at_level(logging.WARNING, logger="producers.dcgm.producer"):
         assert asyncio.run(run()) == [1, 0, 0, 0, 1, 1]
     logged = [r.getMessage() for r in caplog.records]
     assert len(logged) == 2 and "HTTP 503" in logged[0] and "is back" in logged[1]

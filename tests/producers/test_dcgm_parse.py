@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.gpu.dcgm_parse import ScrapeError, parse_scrape
+from producers.dcgm.parse import ScrapeError, parse_scrape
 from schemas import Attribution, GpuSample, MigInstance, NodeSample
 from schemas.types import ActivityMetric, DeadLetterKind, SampleSource
 

@@ -115,7 +115,7 @@ def test_once_lists_publishes_and_exits(server: ApiServer, tmp_path: Path) -> No
 
 
 def test_wrong_credentials_are_a_clear_error(server: ApiServer, tmp_path: Path) -> None:
-    from gpugap.errors import FatalError
+    from schemas.errors import FatalError
 
     server.cluster.token = "another-token"
 
@@ -162,8 +162,9 @@ def test_cli_without_a_kubeconfig_is_a_clear_error(
 
 
 def test_benchmark_runs_end_to_end_on_a_small_cluster(capsys: pytest.CaptureFixture[str]) -> None:
-    """`gpugap bench kubernetes` (here 300 pods, a 100-event burst): every expected event out."""
-    from tests.k8s_bench import main, measure
+    """`python -m benchmarks kubernetes` (here 300 pods, a 100-event burst): every expected event
+    out."""
+    from benchmarks.kubernetes import main, measure
 
     got = measure(300, 100)
     assert got["list_events"] == 2 * 240  # 80% of the pods request GPUs: bound + running each

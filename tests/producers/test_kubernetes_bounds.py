@@ -102,7 +102,7 @@ def by_name(events: list[K8sPodEvent]) -> dict[str, list[str]]:
 
 def limit(field: str) -> int:
     """The schema's bound on a K8sPodEvent string field."""
-    from producers.k8s.bounds import text_limit
+    from producers.kubernetes.bounds import text_limit
 
     n = text_limit(K8sPodEvent, field)
     assert n is not None and n < LONG
@@ -110,7 +110,7 @@ def limit(field: str) -> int:
 
 
 def check_truncated(e: K8sPodEvent) -> None:
-    from producers.k8s.bounds import MARKER
+    from producers.kubernetes.bounds import MARKER
 
     values = {
         "owner": ("o", e.owner),
@@ -252,7 +252,7 @@ def test_an_unreadable_watch_event_is_a_dead_letter_and_the_watch_goes_on(
 
 # --- the pieces, without a server ---------------------------------------------------------
 def test_truncation_keeps_short_values_and_marks_and_distinguishes_long_ones() -> None:
-    from producers.k8s.bounds import MARKER, truncate
+    from producers.kubernetes.bounds import MARKER, truncate
 
     assert truncate("alice", 10) == "alice"
     assert truncate("x" * 10, 10) == "x" * 10
@@ -264,9 +264,9 @@ def test_owner_maps_are_cut_to_the_keys_the_rules_read() -> None:
     """An owner with 10,000 labels and a large last-applied annotation: the cache keeps only
     the keys that owner, team, class and gang rules read, and the pod's result is unchanged."""
     from gpugap.settings import KubernetesSettings
-    from producers.k8s.owners import OwnerResolver, owner_map_keys
-    from producers.k8s.resources import GpuRule
-    from producers.kubernetes import make_enricher
+    from producers.kubernetes.owners import OwnerResolver, owner_map_keys
+    from producers.kubernetes.producer import make_enricher
+    from producers.kubernetes.resources import GpuRule
 
     labels = {f"noise-{i}": "v" for i in range(10_000)}
     labels |= {"team": "vision", "kueue.x-k8s.io/queue-name": "q", "gpugap.io/owner": "bob"}
@@ -298,9 +298,9 @@ def test_owner_maps_are_cut_to_the_keys_the_rules_read() -> None:
 
 def test_recorded_owners_give_the_same_result_through_the_cut_maps() -> None:
     from gpugap.settings import KubernetesSettings
-    from producers.k8s.owners import Fetch, OwnerResolver, owner_map_keys
-    from producers.k8s.resources import GpuRule
-    from producers.kubernetes import make_enricher
+    from producers.kubernetes.owners import Fetch, OwnerResolver, owner_map_keys
+    from producers.kubernetes.producer import make_enricher
+    from producers.kubernetes.resources import GpuRule
     from tests.k8s_api import PLURALS, Scenario, scenarios
 
     def fetcher(sc: Scenario) -> Fetch:
@@ -319,8 +319,8 @@ def test_recorded_owners_give_the_same_result_through_the_cut_maps() -> None:
 
 
 def test_a_pod_with_more_containers_than_the_bound_is_one_dead_letter() -> None:
-    from producers.k8s.resources import MAX_CONTAINERS, GpuRule
-    from producers.k8s.tracker import Enrichment, Tracker
+    from producers.kubernetes.resources import MAX_CONTAINERS, GpuRule
+    from producers.kubernetes.tracker import Enrichment, Tracker
 
     t = Tracker("test", GpuRule(["nvidia.com/gpu"], []), lambda _: Enrichment())
     many = pod("many")
@@ -336,8 +336,8 @@ def test_a_pod_with_more_containers_than_the_bound_is_one_dead_letter() -> None:
 def test_a_reported_pod_whose_next_version_is_unreadable_still_gets_its_running_and_end() -> None:
     """Bound and reported; one later version cannot be read (a dead letter, nothing of it
     emitted or taken as sent); the next readable version and the deletion are reported."""
-    from producers.k8s.resources import GpuRule
-    from producers.k8s.tracker import Enrichment, Tracker
+    from producers.kubernetes.resources import GpuRule
+    from producers.kubernetes.tracker import Enrichment, Tracker
 
     t = Tracker("test", GpuRule(["nvidia.com/gpu"], []), lambda _: Enrichment())
     pending = pod("p")

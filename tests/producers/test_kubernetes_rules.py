@@ -18,9 +18,9 @@ from gpugap.classify import (
     owner_and_team,
 )
 from gpugap.settings import KubernetesSettings
-from producers.k8s.owners import OwnerResolver, expected_gpu_pods
-from producers.k8s.resources import GpuRule, gpu_summary, quantity, termination
-from producers.kubernetes import make_enricher
+from producers.kubernetes.owners import OwnerResolver, expected_gpu_pods
+from producers.kubernetes.producer import make_enricher
+from producers.kubernetes.resources import GpuRule, gpu_summary, quantity, termination
 from schemas.types import TerminationReason, WorkloadClass
 from tests.k8s_api import PLURALS, Scenario, merge_patch, scenarios
 
@@ -413,7 +413,7 @@ def test_rbac_is_read_only_and_covers_every_owner_the_producer_resolves() -> Non
 
     import yaml
 
-    from producers.k8s.owners import RESOLVABLE
+    from producers.kubernetes.owners import RESOLVABLE
 
     path = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes-producer-rbac.yaml"
     role = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "ClusterRole")
@@ -430,8 +430,8 @@ def test_rbac_is_read_only_and_covers_every_owner_the_producer_resolves() -> Non
 
 # --- settings -----------------------------------------------------------------------------
 def test_k8s_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpugap.errors import ConfigError
     from gpugap.settings import load
+    from schemas.errors import ConfigError
 
     monkeypatch.setenv("GPUGAP_K8S_NAMESPACES", "ml-train, serving")
     monkeypatch.setenv("GPUGAP_K8S_GPU_RESOURCE_PREFIXES", '["nvidia.com/mig-", "amd.com/"]')

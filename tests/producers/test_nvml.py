@@ -12,12 +12,12 @@ import pynvml
 import pytest
 
 from gpugap.cli import main
-from gpugap.errors import ConfigError, FatalError
-from gpugap.publish import JsonlPublisher, KafkaPublisher
+from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
 from gpugap.settings import KafkaSettings, NvmlSettings, Settings
 from producers import by_name, run_producer
-from producers.nvml import NvmlProducer
+from producers.nvml.producer import NvmlProducer
 from schemas import GpuSample, MigInstance, NodeSample
+from schemas.errors import ConfigError, FatalError
 from schemas.topics import SAMPLES
 from schemas.types import ActivityMetric, SampleSource
 from tests.conftest import create_topics, read_topic

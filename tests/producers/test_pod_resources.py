@@ -17,9 +17,9 @@ import pytest
 from google.protobuf import json_format
 
 from gpugap.settings import NvmlSettings, Settings
-from producers.gpu.kubelet import api_pb2, api_pb2_grpc
-from producers.gpu.pod_resources import PodResourcesClient, attributions, device_uuid
-from producers.nvml import NvmlProducer
+from producers.nvml.kubelet import api_pb2, api_pb2_grpc
+from producers.nvml.pod_resources import PodResourcesClient, attributions, device_uuid
+from producers.nvml.producer import NvmlProducer
 from schemas import Attribution
 from tests.nvml_fake import FakeNvml
 

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
-from gpugap.errors import ConfigError, InvalidRecord
-from gpugap.publish import JsonlPublisher
+from gpugap.kafka.publish import JsonlPublisher
 from gpugap.settings import load
+from gpugap.simulator import build
+from gpugap.simulator import scenario as S
+from gpugap.simulator.simulator import Simulator
+from gpugap.simulator.truth import compute
+from gpugap.simulator.wire import gpu_json
 from producers.base import run_producer
-from producers.sim import build
-from producers.sim import scenario as S
-from producers.sim.truth import compute
-from producers.sim.wire import gpu_json
-from producers.simulate import Simulator
 from schemas import GpuSample, decode, encode
+from schemas.errors import ConfigError, InvalidRecord
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, by_name
 
 TOPICS = {t.name: t for t in (SAMPLES, SLURM_JOBS, K8S_PODS)}
@@ -372,7 +372,7 @@ def test_speed_paces_event_time_against_the_wall(tmp_path: Path) -> None:
     ],
 )
 def test_bad_scenarios_name_the_key(tmp_path: Path, patch: tuple[str, str], message: str) -> None:
-    text = (Path(S.__file__).parent.parent / "scenarios" / "small.toml").read_text()
+    text = (Path(S.__file__).parent / "scenarios" / "small.toml").read_text()
     assert patch[0] in text
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace(patch[0], patch[1], 1))
@@ -387,7 +387,7 @@ def test_unknown_scenario_and_yaml(tmp_path: Path, capsys: pytest.CaptureFixture
 
     import yaml
 
-    data = tomllib.loads((Path(S.__file__).parent.parent / "scenarios" / "small.toml").read_text())
+    data = tomllib.loads((Path(S.__file__).parent / "scenarios" / "small.toml").read_text())
     (tmp_path / "small.yaml").write_text(yaml.safe_dump(data))
     assert S.load(tmp_path / "small.yaml") == S.load("small")
 

@@ -16,19 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.consume import DeadLetters
-from gpugap.publish import KafkaPublisher
+from gpugap.kafka.consume import DeadLetters
+from gpugap.kafka.publish import KafkaPublisher
 from gpugap.settings import KafkaSettings, Settings, SlurmSettings
 from producers import run_producer
-from producers.slurm import SlurmProducer
-from producers.slurm_drain import drain_once
-from producers.slurm_hook import run
-from producers.slurmlib import spool
-from producers.slurmlib.hook import HookConfig
+from producers.slurm import spool
+from producers.slurm.drain import drain_once
+from producers.slurm.hook import HookConfig
+from producers.slurm.hook_command import run
+from producers.slurm.producer import SlurmProducer
 from schemas.topics import DEAD_LETTER, SLURM_JOBS
 from tests.conftest import read_topic
-
-from .test_slurm_parse import FIX, env_file
+from tests.producers.test_slurm_parse import FIX, env_file
 
 pytestmark = pytest.mark.kafka
 
@@ -177,7 +176,7 @@ def test_malformed_squeue_dead_letters_and_the_poller_goes_on(  # noqa: PLR0917
         drain_spool=False,
     )
     producer = SlurmProducer(Settings(kafka=kafka, slurm=s))
-    with caplog.at_level(logging.WARNING, "producers.slurm"):
+    with caplog.at_level(logging.WARNING, "producers.slurm.producer"):
         asyncio.run(run_producer(producer, KafkaPublisher(kafka), once=True))
     letters = asyncio.run(read_topic(kafka, DEAD_LETTER, dead, settle_s=1))
     assert len(letters) == dead and all(d.consumer == "slurm-poller:squeue" for d in letters)
@@ -256,7 +255,7 @@ def test_bad_config_is_one_log_line_exit_0_and_the_event_is_spooled(
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
     out = subprocess.run(
-        [sys.executable, "-S", "-m", "producers.slurm_hook"],
+        [sys.executable, "-S", "-m", "producers.slurm.hook_command"],
         env=env,
         capture_output=True,
         text=True,
@@ -295,7 +294,7 @@ def test_drain_says_what_it_shipped_to_each_topic(
 ) -> None:
     """A prolog that could not read scontrol spools a dead letter where the start event would
     be: the drainer's count says which topic each shipped record went to."""
-    from producers.slurm_drain import main as drain_main
+    from producers.slurm.drain import main as drain_main
 
     down = hook_env(kafka, tmp_path, GPUGAP_KAFKA_BOOTSTRAP="127.0.0.1:1")
     bad = replay(tmp_path, "scontrol_malformed.txt")

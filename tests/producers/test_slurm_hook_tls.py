@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from gpugap.settings import KafkaSettings
-from producers.slurm_hook import run
-from producers.slurmlib import spool
-from producers.slurmlib.hook import HookConfig
+from producers.slurm import spool
+from producers.slurm.hook import HookConfig
+from producers.slurm.hook_command import run
 from schemas.topics import SLURM_JOBS
 from tests.conftest import read_topic
 from tests.kafka_tls import TlsBroker
-
-from .test_slurm_parse import env_file
+from tests.producers.test_slurm_parse import env_file
 
 pytestmark = pytest.mark.kafka
 
@@ -142,4 +141,4 @@ def test_hook_process_exits_0_and_plaintext_does_not_import_ssl(
     )
     assert out.returncode == 0
     loaded = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
-    assert "producers.slurmlib.wire" in loaded and "ssl" not in loaded
+    assert "producers.slurm.wire" in loaded and "ssl" not in loaded

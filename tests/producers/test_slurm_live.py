@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from gpugap.publish import KafkaPublisher
+from gpugap.kafka.publish import KafkaPublisher
 from gpugap.settings import KafkaSettings, Settings, SlurmSettings
-from producers.slurm import SlurmProducer
-from producers.slurmlib.parse import gres_indices
+from producers.slurm.parse import gres_indices
+from producers.slurm.producer import SlurmProducer
 from schemas import SlurmJobEvent
 from schemas.topics import DEAD_LETTER, SLURM_JOBS
 from tests.conftest import read_topic

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from producers.slurmlib import squeue
-from producers.slurmlib.event import JobInfo, encode, events_for, iso_ms, job_event, utc_ms
-from producers.slurmlib.hostlist import expand, indices
-from producers.slurmlib.parse import (
+from producers.slurm import squeue
+from producers.slurm.event import JobInfo, encode, events_for, iso_ms, job_event, utc_ms
+from producers.slurm.hostlist import expand, indices
+from producers.slurm.parse import (
     ParseError,
     jobcomp_env,
     sacct_jobs,
@@ -22,7 +22,7 @@ from producers.slurmlib.parse import (
     scontrol_jobs,
     time_limit,
 )
-from producers.slurmlib.wire import crc32c, murmur2, partition_for, record_batch
+from producers.slurm.wire import crc32c, murmur2, partition_for, record_batch
 from schemas import SlurmJobEvent, decode
 from schemas.topics import SLURM_JOBS
 
@@ -268,7 +268,7 @@ def test_a_newline_in_a_job_name_cannot_forge_a_record() -> None:
 
 def test_non_utf8_and_long_job_names_are_replaced_and_bounded() -> None:
     """Bytes that are not UTF-8 become U+FFFD; names are cut at NAME_MAX (256) characters."""
-    from producers.slurmlib.event import NAME_MAX
+    from producers.slurm.event import NAME_MAX
 
     raw = (FIX / "scontrol_prolog_non_utf8.txt").read_bytes()
     info = scontrol_job(raw.decode(errors="surrogateescape"))

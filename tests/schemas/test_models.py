@@ -3,8 +3,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from gpugap.errors import MalformedRecord, SchemaViolation
 from schemas import TOPICS, GpuMinute, GpuSample, NodeSample, decode, encode
+from schemas.errors import MalformedRecord, SchemaViolation
 from schemas.examples import gpu_uuid, node_samples, one_of_each
 from schemas.topics import SAMPLES
 

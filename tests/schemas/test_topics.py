@@ -1,7 +1,7 @@
 import pytest
 
-from gpugap.errors import UnknownTopic
 from schemas import TOPICS, by_name
+from schemas.errors import UnknownTopic
 from schemas.examples import one_of_each
 
 

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import requests
 
-from gpugap.errors import GpugapError
 from gpugap.services.clickhouse.process import EmbeddedClickHouse
 from gpugap.services.kafka import free_port
+from schemas.errors import GpugapError
 
 ADMIN_PASSWORD = "sec-admin-pw-5d0c9e71"
 READER_PASSWORD = "sec-reader-pw-a71f4238"

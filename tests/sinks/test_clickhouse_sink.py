@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.consume import DeadLetters
-from gpugap.publish import KafkaPublisher
+from gpugap.kafka.consume import DeadLetters
+from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.clickhouse.process import EmbeddedClickHouse
 from gpugap.services.kafka import free_port
 from gpugap.settings import ClickHouseSettings, KafkaSettings
 from schemas import TOPICS, DeadLetter
 from schemas.examples import gpu_uuid, one_of_each
 from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
-from sinks.clickhouse import ClickHouseSink, _ms
-from sinks.warehouse import connect, migrate
+from sinks.clickhouse.sink import ClickHouseSink, _ms
+from sinks.clickhouse.warehouse import connect, migrate
 from tests.conftest import create_topics, read_topic
 
 pytestmark = pytest.mark.kafka

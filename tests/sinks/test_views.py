@@ -10,8 +10,8 @@ import pytest
 from gpugap.settings import ClickHouseSettings
 from schemas import Alert, GpuMinute, NodeGpus, Record, SlurmJobEvent
 from schemas.examples import gpu_uuid
-from sinks.clickhouse import ClickHouseSink
-from sinks.warehouse import connect
+from sinks.clickhouse.sink import ClickHouseSink
+from sinks.clickhouse.warehouse import connect
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 G = [gpu_uuid("n1", i) for i in range(4)]

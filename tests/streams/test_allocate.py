@@ -14,8 +14,7 @@ from schemas.types import (
     WorkloadClass,
 )
 from streams.allocate import GangTracker, from_pod, from_slurm
-
-from .helpers import T
+from tests.streams.helpers import T
 
 
 def job(kind: str, *, interactive: bool = False) -> SlurmJobEvent:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gpugap.consume import RawMessage
-from gpugap.errors import SchemaViolation
-from gpugap.publish import Publisher
+from gpugap.kafka.consume import RawMessage
+from gpugap.kafka.publish import Publisher
 from schemas import DeadLetter, GpuMinute, NodeSample, Record, decode, encode
+from schemas.errors import SchemaViolation
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, Topic
 from streams.core import CoreConfig
 from streams.join import Join

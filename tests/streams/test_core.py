@@ -12,8 +12,7 @@ from schemas.models import AllocationEvent, GpuMinute, NodeSample
 from schemas.types import DeadLetterKind
 from streams.core import CoreConfig, NodeCore, Output, placeholder_uuid
 from streams.detect_idle import IdleConfig
-
-from .helpers import CLUSTER, NODE, T, pod, sample, samples, slurm
+from tests.streams.helpers import CLUSTER, NODE, T, pod, sample, samples, slurm
 
 Item = NodeSample | AllocationEvent
 

@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from gpugap.consume import DeadLetters
-from gpugap.publish import KafkaPublisher
+from benchmarks.topics import create_topics  # one partition each, kept forever: the
+from gpugap.kafka.consume import DeadLetters
+from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import free_port
 from gpugap.settings import ClickHouseSettings, KafkaSettings, Settings
+from gpugap.simulator.simulator import Simulator
 from producers.base import run_producer
-from producers.simulate import Simulator
 from schemas import TOPICS
-from sinks.clickhouse import ClickHouseSink
-from sinks.warehouse import connect
-from streams.bench_worker import create_topics  # one partition each, kept forever: the
+from sinks.clickhouse.sink import ClickHouseSink
+from sinks.clickhouse.warehouse import connect
 from streams.worker import Worker  # simulator stamps records weeks ago (168 h retention)
 
 pytestmark = pytest.mark.kafka

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from gpugap.consume import RawMessage
-from gpugap.errors import InvalidRecord
-from gpugap.publish import Publisher
-from producers.sim import S, build
-from producers.sim.emit import Emitter
+from benchmarks.worker_inproc import Capture
+from gpugap.kafka.consume import RawMessage
+from gpugap.kafka.publish import Publisher
+from gpugap.simulator import S, build
+from gpugap.simulator.emit import Emitter
 from schemas import GpuMinute, Record, Topic, by_name, decode, encode
+from schemas.errors import InvalidRecord
 from streams import window as W
-from streams.bench_inproc import Capture
 from streams.core import NodeCore, Output
 from streams.join import Join
 from streams.process import Processor

@@ -8,8 +8,7 @@ from schemas.models import Alert
 from schemas.types import AlertState, WorkloadClass
 from streams.core import CoreConfig, NodeCore, Output
 from streams.detect_idle import IdleConfig
-
-from .helpers import CLUSTER, NODE, T, gpu, sample, slurm
+from tests.streams.helpers import CLUSTER, NODE, T, gpu, sample, slurm
 
 
 def by_minute(acts: dict[int, list[float]], first: str = "10:00") -> list:

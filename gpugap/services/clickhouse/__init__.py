@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpugap.services.clickhouse.server import User
 from gpugap.settings import ClickHouseSettings
-
-from .server import User
 
 
 def users_from(settings: ClickHouseSettings) -> Mapping[str, User]:

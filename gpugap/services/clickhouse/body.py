@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from .engine import EngineError
+from gpugap.services.clickhouse.engine import EngineError
 
 CHUNK = 1 << 20  # raw bytes per read, and decompressed bytes per step
 

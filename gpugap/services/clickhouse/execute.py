@@ -9,10 +9,17 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import body, policy
-from . import sql as q
-from .engine import Connection, Engine, EngineError, Insert, Outcome, literal
-from .limits import EndpointLimits
+from gpugap.services.clickhouse import body, policy
+from gpugap.services.clickhouse import sql as q
+from gpugap.services.clickhouse.engine import (
+    Connection,
+    Engine,
+    EngineError,
+    Insert,
+    Outcome,
+    literal,
+)
+from gpugap.services.clickhouse.limits import EndpointLimits
 
 T = TypeVar("T")
 

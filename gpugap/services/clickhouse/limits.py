@@ -21,9 +21,8 @@ from xml.sax.saxutils import escape
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpugap.errors import ServiceError
-
-from . import policy
+from gpugap.services.clickhouse import policy
+from schemas.errors import ServiceError
 
 GiB = 1 << 30
 

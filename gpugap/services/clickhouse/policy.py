@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .engine import Connection, EngineError
+from gpugap.services.clickhouse.engine import Connection, EngineError
 
 # table functions that compute or read this server's own tables, nothing else
 SAFE_TABLE_FUNCTIONS = frozenset(

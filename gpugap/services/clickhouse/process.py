@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from gpugap.errors import ServiceError
+from schemas.errors import ServiceError
 
 
 class EmbeddedClickHouse:

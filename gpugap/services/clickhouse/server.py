@@ -28,12 +28,11 @@ import lz4.frame
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from gpugap.errors import ConfigError
-
-from . import body, policy
-from .engine import Engine, EngineError, Outcome, literal
-from .execute import Call, Execution, Result
-from .limits import EndpointLimits, write_engine_config
+from gpugap.services.clickhouse import body, policy
+from gpugap.services.clickhouse.engine import Engine, EngineError, Outcome, literal
+from gpugap.services.clickhouse.execute import Call, Execution, Result
+from gpugap.services.clickhouse.limits import EndpointLimits, write_engine_config
+from schemas.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

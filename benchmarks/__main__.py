@@ -1,0 +1,123 @@
+"""``python -m benchmarks SUBJECT [options]`` (``make bench``): figures printed side by side with
+their baselines. Benchmarks run from a source checkout; nothing in the installed package
+imports them. Subjects with their own options (endpoint, fuzz, core, slurm-hook) take them
+after the subject: ``python -m benchmarks fuzz --hostile 1000``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+#: subjects whose module parses its own arguments
+OWN_OPTIONS = {
+    "endpoint": "benchmarks.endpoint",
+    "fuzz": "benchmarks.fuzz",
+    "core": "benchmarks.core",
+    "slurm-hook": "benchmarks.slurm_hook",
+}
+
+
+def _kafka(args: argparse.Namespace) -> int:
+    from benchmarks.kafka import main
+
+    return main(args.subject, samples=args.samples, repeats=args.repeats)
+
+
+def _rows(args: argparse.Namespace) -> list[int]:
+    return [int(float(r)) for r in args.rows.split(",")]
+
+
+def _warehouse(args: argparse.Namespace) -> int:
+    from benchmarks.warehouse import main
+
+    return main(_rows(args), args.repeats, args.clickhouse)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from benchmarks.report import main
+
+    return main(_rows(args), args.repeats, args.clickhouse)
+
+
+def _kubernetes(args: argparse.Namespace) -> int:
+    from benchmarks.kubernetes import main
+
+    return main(repeats=min(args.repeats, 3))
+
+
+def _nvml(args: argparse.Namespace) -> int:
+    from benchmarks.nvml import main
+
+    return main(repeats=args.repeats)
+
+
+def _dcgm(args: argparse.Namespace) -> int:
+    from benchmarks.dcgm import main
+
+    return main(repeats=args.repeats)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from benchmarks.worker import main
+
+    return main(
+        args.samples,
+        repeats=args.repeats,
+        duration=args.duration,
+        live_nodes=args.live_nodes,
+        engines=args.engines.split(","),
+        profile=args.profile,
+    )
+
+
+SUBJECTS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "codec": _kafka,
+    "kafka": _kafka,
+    "simulate": _kafka,
+    "all": _kafka,  # codec and kafka
+    "warehouse": _warehouse,
+    "report": _report,
+    "kubernetes": _kubernetes,
+    "nvml": _nvml,
+    "dcgm": _dcgm,
+    "worker": _worker,
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    p.add_argument("subject", choices=[*SUBJECTS, *OWN_OPTIONS], nargs="?", default="all")
+    p.add_argument("--samples", type=int, default=20_000, help="node samples per run")
+    p.add_argument("--repeats", type=int, default=5, help="runs per figure (median)")
+    p.add_argument(
+        "--rows", default="10e6,100e6", help="warehouse, report: GPU-minute row counts"
+    )
+    p.add_argument(
+        "--clickhouse", metavar="URL", help="warehouse, report: an existing ClickHouse"
+    )
+    p.add_argument(
+        "--duration", type=float, default=300.0, help="worker: latency run, seconds (0 = none)"
+    )
+    p.add_argument(
+        "--live-nodes", type=int, default=200, help="worker latency: 8-GPU nodes every 10 s"
+    )
+    p.add_argument("--engines", default="faust,asyncio", help="worker: engines to measure")
+    p.add_argument("--profile", type=Path, metavar="DIR", help="worker: py-spy profiles into DIR")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in OWN_OPTIONS:
+        module = importlib.import_module(OWN_OPTIONS[argv[0]])
+        code: int = module.main(argv[1:])
+        return code
+    args = parser().parse_args(argv)
+    return SUBJECTS[args.subject](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

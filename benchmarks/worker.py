@@ -1,0 +1,225 @@
+"""``python -m benchmarks worker``: one worker's sustained throughput, and end-to-end latency at a
+fixed
+load (benchmarks/worker_latency.py).
+
+Throughput: the ``scale`` estate with every node at 8 GPUs (1,350 nodes, 10,800 GPUs, Slurm
+and Kubernetes, its duplicates, late and malformed records) is generated once and pre-loaded
+into the input topics of a throwaway broker (``retention.ms=-1``, records stamped with event
+time); then ONE worker (``gpugap worker``, a process of its own, per engine) reads them from
+the start to the end. Its ``/metrics`` are polled: the rate counts from the first poll that
+shows input consumed to the first that shows every record handed to the core, so start-up
+(group join, table recovery) is excluded. The same records go through the codec alone and the
+core alone (in-process) to show where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import worker_profile as bench_profile
+from benchmarks.topics import preload
+from benchmarks.worker_inproc import Rate, bench_core, bench_decode, decoded, estate
+from gpugap.services.kafka import free_port
+from gpugap.settings import KafkaSettings
+
+
+def metrics(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name:
+            out[name] = float(value)
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process has used (user + system, all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_worker(
+    kafka: KafkaSettings,
+    engine: str,
+    expected: int,
+    profile: Path | None = None,
+    timeout: float = 900,
+) -> tuple[float, float, float]:
+    """One ``gpugap worker`` over the pre-loaded topics: (node msgs/s, GPU samples/s, its CPU
+    use), from the first poll showing input consumed to the first showing all of it
+    processed."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
+        "GPUGAP_LOG_LEVEL": "WARNING",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpugap",
+        "worker",
+        "--engine",
+        engine,
+        "--group",
+        f"bench-{engine}",
+        "--backfill",  # the scenario is dated in the past
+    ]
+    proc = subprocess.Popen(
+        [*cmd, "--http", f"127.0.0.1:{port}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    spy = None  # py-spy, from the first record consumed to the last one processed
+    first: tuple[float, dict[str, float]] | None = None
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"worker ({engine}) did not finish within {timeout:.0f} s")
+            try:
+                m = metrics(port)
+            except OSError:
+                time.sleep(0.2)
+                continue
+            now = time.monotonic()
+            if first is None and m.get("gpugap_worker_messages_total", 0) > 0:
+                first, cpu0 = (now, m), cpu_seconds(proc.pid)
+                if profile is not None:
+                    spy = bench_profile.attach(proc.pid, profile)
+            if first is not None and m.get("gpugap_worker_processed_total", 0) >= expected:
+                secs = now - first[0]
+                f = first[1]
+                gpus = m["gpugap_worker_gpu_samples_total"] - f["gpugap_worker_gpu_samples_total"]
+                cpu = (cpu_seconds(proc.pid) - cpu0) / secs
+                return gpus / 8 / secs, gpus / secs, cpu
+            time.sleep(0.1)
+    finally:
+        if spy is not None:
+            bench_profile.stop(spy)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def bench_throughput(
+    samples: int, repeats: int, engines: Sequence[str], profile: Path | None = None
+) -> list[str]:
+    from gpugap.services.kafka import LocalKafka
+    from gpugap.settings import ServicesSettings
+
+    messages, what = estate(samples)
+    good = decoded(messages)
+    expected = len(good)  # records the worker hands to its core (malformed ones are not)
+    lines = [f"worker throughput: {what}; median of {repeats}"]
+    lines.append(f"{'':<34} {'node msgs/s':>14} {'GPU samples/s':>15} {'CPU':>6}")
+    print("\n".join(lines), flush=True)
+    for rate in (bench_decode(messages, repeats), bench_core(good, repeats)):
+        lines.append(rate.row())
+        print(lines[-1], flush=True)
+    with tempfile.TemporaryDirectory(prefix="gpugap-bench-worker-") as tmp:
+        broker = LocalKafka.ephemeral(ServicesSettings(), Path(tmp))
+        broker.up()
+        try:
+            rates = {e: Rate(f"worker, {e} engine (Kafka in/out)", [], []) for e in engines}
+            for r in range(repeats):
+                kafka = KafkaSettings(
+                    bootstrap=broker.bootstrap, topic_prefix=f"bw{uuid.uuid4().hex[:8]}."
+                )
+                asyncio.run(preload(kafka, messages))
+                for e in engines:
+                    spy = profile / f"{e}.txt" if profile is not None and r == 0 else None
+                    nodes, gpus, cpu = run_worker(kafka, e, expected, spy)
+                    rates[e].node_msgs.append(nodes)
+                    rates[e].gpu_samples.append(gpus)
+                    rates[e].cpu.append(cpu)
+                    print(f"  ({e}: {gpus:,.0f} GPU samples/s)", file=sys.stderr, flush=True)
+            for e in engines:
+                lines.append(rates[e].row())
+                print(lines[-1], flush=True)
+        finally:
+            broker.down()
+    if profile is not None:
+        lines.append("where the worker's busy time goes (py-spy, first run):")
+        for e in engines:
+            lines += bench_profile.lines(profile / f"{e}.txt", e)
+        print(
+            "\n".join(
+                lines[lines.index("where the worker's busy time goes (py-spy, first run):") :]
+            )
+        )
+    return lines
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # so that the broker and the workers are stopped
+
+
+def main(
+    samples: int = 100_000,
+    *,
+    repeats: int = 3,
+    duration: float = 300.0,
+    live_nodes: int = 200,
+    engines: Sequence[str] = ("faust", "asyncio"),
+    profile: Path | None = None,
+) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
+    if samples > 0:
+        if profile is not None and not bench_profile.available():
+            print("(--profile: py-spy is not installed; no profile)", file=sys.stderr)
+            profile = None
+        if profile is not None:
+            profile.mkdir(parents=True, exist_ok=True)
+        bench_throughput(samples, repeats, engines, profile)
+    if duration > 0:
+        from benchmarks.worker_latency import bench_latency
+
+        for engine in engines:
+            bench_latency(duration, live_nodes, engine)
+    return 0
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(prog="python -m benchmarks worker")
+    p.add_argument("--samples", type=int, default=100_000, help="node samples pre-loaded")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--duration", type=float, default=300.0, help="latency run (s); 0 = skip")
+    p.add_argument("--live-nodes", type=int, default=200, help="latency: nodes every 10 s")
+    p.add_argument("--engines", default="faust,asyncio")
+    p.add_argument("--profile", type=Path, help="py-spy each worker's first run into DIR")
+    a = p.parse_args()
+    engines = a.engines.split(",")
+    raise SystemExit(
+        main(
+            a.samples,
+            repeats=a.repeats,
+            duration=a.duration,
+            live_nodes=a.live_nodes,
+            engines=engines,
+            profile=a.profile,
+        )
+    )

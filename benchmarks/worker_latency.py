@@ -1,0 +1,297 @@
+"""End-to-end latency at a fixed load (``python -m benchmarks worker``, second part).
+
+A throwaway broker, the embedded ClickHouse endpoint (migrated), ``gpugap worker`` and
+``gpugap sink clickhouse`` run as their own processes; this process publishes, in real time
+(event time = now), ``nodes`` 8-GPU node samples every 10 s, each node running one Slurm job.
+Some jobs go idle at staggered times, so that their idle alerts open during the run (an
+alert opens at the end of the 10th idle minute; 11 minutes of history are published first,
+as fast as possible, so the run need not last that long).
+
+Measured, for what became due during the live part:
+- a GPU-minute row (of a minute that ended during the live part): (when it was first
+  queryable in ClickHouse, polled every second) - (the end of its minute); it waits the
+  allowed lateness (120 s) by design, plus the sink's batch;
+- an idle alert: (when the OPEN record arrived on ``alerts.v1`` / was first queryable) -
+  ``opened_at`` (the event time its threshold was crossed); it waits the alert lateness (30 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpugap.kafka.publish import KafkaPublisher
+from gpugap.services.kafka import free_port
+from gpugap.settings import ClickHouseSettings, KafkaSettings
+from schemas import TOPICS, GpuSample, NodeSample, SlurmJobEvent, decode
+from schemas.models import NodeGpus
+from schemas.topics import ALERTS, SAMPLES, SLURM_JOBS
+from schemas.types import (
+    ActivityMetric,
+    AlertKind,
+    AlertState,
+    EventSource,
+    LifecycleKind,
+    SampleSource,
+    SlurmJobState,
+)
+
+CLUSTER = "bench"
+HISTORY_S = 11 * 60  # published first: an alert needs 10 idle minutes
+IDLE_SHARE = 10  # every 10th node's job goes idle
+
+
+@dataclass
+class Seen:
+    """Latencies in seconds, by what was measured."""
+
+    minutes: list[float] = field(default_factory=list)
+    alerts_topic: list[float] = field(default_factory=list)
+    alerts_table: list[float] = field(default_factory=list)
+
+
+def _uuid(node: int, gpu: int) -> str:
+    return f"GPU-{node:08x}-0000-4000-8000-{gpu:012x}"
+
+
+class Estate:
+    def __init__(self, nodes: int, live_start: float, live_s: float, interval_s: int) -> None:
+        self.nodes = [f"n{i:05d}" for i in range(nodes)]
+        self.interval = interval_s
+        self.start = (int(live_start) - HISTORY_S) // 60 * 60  # jobs start on a minute
+        # one idle job per node group, its 10th idle minute ending inside the live part,
+        # staggered over its minutes (an alert opens at the end of that minute)
+        live_min = int(live_start) // 60 * 60
+        minutes = max(1, (int(live_s) - 150) // 60)
+        idle = [i for i in range(nodes) if i % IDLE_SHARE == 0]
+        self.idle_from = {i: live_min - 540 + 60 * (k % minutes) for k, i in enumerate(idle)}
+
+    def jobs(self) -> list[SlurmJobEvent]:
+        t = datetime.fromtimestamp(self.start, UTC)
+        return [
+            SlurmJobEvent(
+                event_id=f"bench/{CLUSTER}/{i}/start",
+                kind=LifecycleKind.START,
+                time=t,
+                source=EventSource.SIMULATOR,
+                cluster=CLUSTER,
+                job_id=str(1000 + i),
+                user="alice",
+                account="vision",
+                nodes=(NodeGpus(node=name, gpu_indices=tuple(range(8))),),
+                gpus_total=8,
+                start_time=t,
+                state=SlurmJobState.RUNNING,
+            )
+            for i, name in enumerate(self.nodes)
+        ]
+
+    def samples(self, t: int) -> list[NodeSample]:
+        when = datetime.fromtimestamp(t, UTC)
+        out = []
+        for i, name in enumerate(self.nodes):
+            idle = t - self.interval >= self.idle_from.get(i, 1 << 62)
+            gpus = tuple(
+                GpuSample(
+                    uuid=_uuid(i, g),
+                    index=g,
+                    activity=0.0 if idle else 0.3 + 0.05 * ((i + g + t // 60) % 10),
+                    activity_metric=ActivityMetric.SM_ACTIVE,
+                    memory_used_mib=1000.0 if idle else 40000.0,
+                    power_w=80.0 if idle else 450.0,
+                )
+                for g in range(8)
+            )
+            out.append(
+                NodeSample(
+                    cluster=CLUSTER,
+                    node=name,
+                    time=when,
+                    source=SampleSource.SIMULATOR,
+                    interval_s=float(self.interval),
+                    gpus=gpus,
+                )
+            )
+        return out
+
+
+async def produce(kafka: KafkaSettings, estate: Estate, live_start: float, end: float) -> None:
+    async with KafkaPublisher(kafka) as pub:
+        for job in estate.jobs():
+            await pub.send(SLURM_JOBS, job)
+        t = estate.start + estate.interval
+        while t < end:
+            if t > time.time():
+                await pub.flush()
+                await asyncio.sleep(t - time.time())
+            for s in estate.samples(t):
+                await pub.send(SAMPLES, s)
+            t += estate.interval
+            if t >= live_start:
+                await pub.flush()
+
+
+async def watch_alerts(kafka: KafkaSettings, since: float, seen: Seen, stop: asyncio.Event) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    c = AIOKafkaConsumer(
+        ALERTS.qualified(kafka.topic_prefix),
+        **kafka.client_options(),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await c.start()
+    try:
+        while not stop.is_set():
+            for msgs in (await c.getmany(timeout_ms=200)).values():
+                now = time.time()
+                for m in msgs:
+                    a = decode(ALERTS, m.value)
+                    opened = a.opened_at.timestamp()
+                    idle_open = a.kind is AlertKind.IDLE_GPU and a.state is AlertState.OPEN
+                    if idle_open and opened >= since:
+                        seen.alerts_topic.append(now - opened)
+    finally:
+        await c.stop()
+
+
+async def watch_tables(
+    ch: ClickHouseSettings, since: float, seen: Seen, stop: asyncio.Event
+) -> None:
+    from sinks.clickhouse.warehouse import connect
+
+    client = connect(ch)
+    counts: dict[int, int] = {}
+    alerts: set[str] = set()
+    minutes_q = (
+        "SELECT toUnixTimestamp(minute), count() FROM gpu_minutes "
+        "WHERE minute >= toDateTime({since:UInt32}) - 60 GROUP BY 1"
+    )
+    alerts_q = (
+        "SELECT alert_id, toUnixTimestamp64Milli(min(opened_at)) FROM alerts "
+        "WHERE state = 'open' AND kind = 'idle_gpu' AND opened_at >= toDateTime({since:UInt32}) "
+        "GROUP BY alert_id"
+    )
+    params = {"since": int(since)}
+    try:
+        while not stop.is_set():
+            rows = await asyncio.to_thread(
+                lambda: client.query(minutes_q, parameters=params).result_rows
+            )
+            opened = await asyncio.to_thread(
+                lambda: client.query(alerts_q, parameters=params).result_rows
+            )
+            now = time.time()
+            for m, n in rows:
+                new = n - counts.get(m, 0)
+                seen.minutes += [now - (m + 60)] * new
+                counts[m] = n
+            for aid, ms in opened:
+                if aid not in alerts:
+                    alerts.add(aid)
+                    seen.alerts_table.append(now - ms / 1000)
+            await asyncio.sleep(1.0)
+    finally:
+        client.close()
+
+
+def _row(label: str, xs: list[float]) -> str:
+    if not xs:
+        return f"{label:<36} {0:>7}      -        -        -"
+    q = statistics.quantiles(xs, n=100, method="inclusive") if len(xs) > 1 else xs * 99
+    return f"{label:<36} {len(xs):>7,} {q[49]:>7.1f} s {q[98]:>7.1f} s {max(xs):>7.1f} s"
+
+
+async def _run(
+    kafka: KafkaSettings, ch: ClickHouseSettings, estate: Estate, live_start: float, end: float
+) -> Seen:
+    seen, stop = Seen(), asyncio.Event()
+    watchers = [
+        asyncio.create_task(watch_alerts(kafka, live_start, seen, stop)),
+        asyncio.create_task(watch_tables(ch, live_start, seen, stop)),
+    ]
+    try:
+        await produce(kafka, estate, live_start, end)
+        await asyncio.sleep(5)  # the last due rows and alerts come through
+    finally:
+        stop.set()
+        await asyncio.gather(*watchers)
+    return seen
+
+
+def bench_latency(duration_s: float, nodes: int, engine: str, interval_s: int = 10) -> list[str]:
+    from benchmarks.topics import create_topics
+    from gpugap.services.clickhouse.process import EmbeddedClickHouse
+    from gpugap.services.kafka import LocalKafka
+    from gpugap.settings import ServicesSettings
+    from sinks.clickhouse.warehouse import migrate
+
+    with tempfile.TemporaryDirectory(prefix="gpugap-bench-latency-") as tmp:
+        broker = LocalKafka.ephemeral(ServicesSettings(), Path(tmp))
+        server = EmbeddedClickHouse(Path(tmp) / "clickhouse", free_port())
+        procs: list[subprocess.Popen[bytes]] = []
+        broker.up()
+        try:
+            server.start()
+            ch = ClickHouseSettings(url=server.url, database="gpugap")
+            migrate(ch)
+            kafka = KafkaSettings(
+                bootstrap=broker.bootstrap, topic_prefix=f"bl{uuid.uuid4().hex[:8]}."
+            )
+            asyncio.run(create_topics(kafka, list(TOPICS)))
+            env = {
+                **os.environ,
+                "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
+                "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
+                "GPUGAP_CLICKHOUSE_URL": ch.url,
+                "GPUGAP_CLICKHOUSE_DATABASE": ch.database,
+                "GPUGAP_LOG_LEVEL": "WARNING",
+            }
+            gpugap = [sys.executable, "-m", "gpugap"]
+            for name, cmd in (
+                ("worker", ["worker", "--engine", engine, "--http", f"127.0.0.1:{free_port()}"]),
+                ("sink", ["sink", "clickhouse"]),
+            ):
+                with open(Path(tmp) / f"{name}.log", "wb") as log:
+                    procs.append(subprocess.Popen([*gpugap, *cmd], env=env, stdout=log, stderr=log))
+            time.sleep(5)  # both started (the worker catches up on the history anyway)
+            live_start = time.time()
+            estate = Estate(nodes, live_start, duration_s, interval_s)
+            seen = asyncio.run(_run(kafka, ch, estate, live_start, live_start + duration_s))
+            for name, p in zip(("worker", "sink"), procs, strict=True):
+                if p.poll() is not None:
+                    text = (Path(tmp) / f"{name}.log").read_text(errors="replace")
+                    raise RuntimeError(f"the {name} exited during the run:\n{text[-3000:]}")
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            server.stop()
+            broker.down()
+    rate = nodes * 8 / interval_s
+    lines = [
+        f"latency at a fixed load: {nodes} nodes x 8 GPUs every {interval_s} s "
+        f"({rate:,.0f} GPU samples/s), {len(estate.idle_from)} jobs going idle; {engine} worker "
+        f"+ sink + embedded ClickHouse; {duration_s:.0f} s live after {HISTORY_S // 60} min of "
+        "history; lateness 120 s, alert lateness 30 s, sink batches <= 1 s",
+        f"{'':<36} {'count':>7} {'p50':>9} {'p99':>9} {'max':>9}",
+        _row("GPU-minute row queryable", seen.minutes),
+        _row("idle alert OPEN on alerts.v1", seen.alerts_topic),
+        _row("idle alert OPEN queryable", seen.alerts_table),
+    ]
+    print("\n".join(lines), flush=True)
+    return lines

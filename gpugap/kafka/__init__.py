@@ -1,0 +1,1 @@
+"""The Kafka base: the publisher, the dead-letter consumer, topic administration."""

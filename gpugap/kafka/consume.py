@@ -1,0 +1,155 @@
+"""Reading topics: decode-or-dead-letter (the one helper every consumer uses) and an
+at-least-once consume loop that commits offsets only after the handler has stored its batch."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpugap.kafka.admin import prepare
+from gpugap.kafka.publish import Publisher
+from gpugap.settings import KafkaSettings
+from schemas import DeadLetter, Record, by_name, decode, utc_now
+from schemas.errors import InvalidRecord
+from schemas.topics import DEAD_LETTER
+from schemas.types import DeadLetterKind
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    """A message as it came off the broker (aiokafka ConsumerRecord and Faust Message both fit)."""
+
+    topic: str
+    partition: int | None
+    offset: int | None
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None = None
+
+    @classmethod
+    def of(cls, msg: Any) -> RawMessage:
+        return cls(
+            msg.topic,
+            msg.partition,
+            msg.offset,
+            msg.key,
+            msg.value,
+            getattr(msg, "timestamp", None),
+        )
+
+
+class DeadLetters:
+    """Decodes messages by their topic; whatever fails goes to ``dead-letter.v1`` with the
+    original bytes, where it came from and why, and the caller goes on."""
+
+    def __init__(self, publisher: Publisher, consumer: str, topic_prefix: str = "") -> None:
+        self.publisher = publisher
+        self.consumer = consumer
+        self.topic_prefix = topic_prefix
+        self.counts: Counter[str] = Counter()
+
+    async def decode(self, msg: RawMessage) -> Record | None:
+        """The message's record, or None after dead-lettering it."""
+        try:
+            return decode(by_name(msg.topic, self.topic_prefix), msg.value)
+        except InvalidRecord as exc:
+            await self.route(msg, exc.reason, DeadLetterKind(exc.kind))
+            return None
+
+    async def route(self, msg: RawMessage, reason: str, kind: DeadLetterKind) -> None:
+        """Dead-letter a message; also for valid records a later step refuses (late, rejected)."""
+        b64 = base64.b64encode
+        record = DeadLetter(
+            time=utc_now(),
+            source_topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            key_b64=b64(msg.key).decode() if msg.key is not None else None,
+            value_b64=b64(msg.value or b"").decode(),
+            kind=kind,
+            reason=reason[:4000],
+            consumer=self.consumer,
+        )
+        self.counts[kind.value] += 1
+        log.debug("dead-lettered %s[%s]@%s: %s", msg.topic, msg.partition, msg.offset, reason)
+        await self.publisher.send(DEAD_LETTER, record)
+
+
+#: Gets the good records of one poll; returns True once everything it was given so far is
+#: stored (the loop then commits), False while it still buffers.
+Handler = Callable[[Sequence[tuple[RawMessage, Record]]], Awaitable[bool]]
+
+
+async def consume(
+    settings: KafkaSettings,
+    group: str,
+    handler: Handler,
+    dead_letters: DeadLetters,
+    *,
+    topics: Sequence[str] = (),
+    pattern: str | None = None,
+    stop: asyncio.Event | None = None,
+    max_records: int = 5000,
+    idle_timeout_s: float | None = None,
+    max_poll_interval_ms: int = 300_000,
+    on_stop: Callable[[], Awaitable[bool]] | None = None,
+) -> None:
+    """Consume until ``stop`` is set (or nothing arrives for ``idle_timeout_s``).
+
+    Each poll: decode (bad records are dead-lettered), hand good ones to ``handler`` (also
+    on empty polls, so a buffering handler can flush by age), and when it says everything is
+    stored, flush the dead-letter publisher and commit. A crash before the commit means the
+    records are delivered again, so handlers must be idempotent: nothing is lost. On a clean
+    stop ``on_stop`` gets a last chance to store what it buffered (True = commit).
+    """
+    from aiokafka import AIOKafkaConsumer
+
+    names = [] if pattern else [settings.topic_prefix + t for t in topics]
+    await prepare(settings, names, group)
+    consumer = AIOKafkaConsumer(
+        *names,
+        **settings.client_options(),
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        metadata_max_age_ms=2000 if pattern else 300_000,
+        max_poll_interval_ms=max_poll_interval_ms,
+    )
+    if pattern:
+        consumer.subscribe(pattern=pattern)
+    await consumer.start()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    idle_since = loop.time()
+    uncommitted = False
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=200, max_records=max_records)
+            good: list[tuple[RawMessage, Record]] = []
+            for messages in batches.values():
+                for m in messages:
+                    raw = RawMessage.of(m)
+                    record = await dead_letters.decode(raw)
+                    if record is not None:
+                        good.append((raw, record))
+            uncommitted = uncommitted or bool(batches)
+            if await handler(good) and uncommitted:
+                await dead_letters.publisher.flush()
+                await consumer.commit()
+                uncommitted = False
+            if batches:
+                idle_since = loop.time()
+            elif idle_timeout_s is not None and loop.time() - idle_since > idle_timeout_s:
+                break
+        if on_stop is not None and await on_stop() and uncommitted:
+            await dead_letters.publisher.flush()
+            await consumer.commit()
+    finally:
+        await consumer.stop()

@@ -1,0 +1,279 @@
+"""Where records go: a Kafka topic, or JSON lines (a file or stdout) to try things without a
+broker. Both write the same envelope, so `replay` can publish a JSONL capture unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+from abc import ABC, abstractmethod
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+from aiokafka.partitioner import DefaultPartitioner
+
+from gpugap.kafka.admin import ensure_topics
+from gpugap.settings import KafkaSettings
+from schemas import Record, Topic, decode, encode
+from schemas.errors import RetriableError
+
+_PARTITIONER = DefaultPartitioner()
+
+
+def event_time_ms(record: Record) -> int | None:
+    """The record's event time as Kafka timestamp, so brokers and consumers see event time."""
+    when = getattr(record, "time", None) or getattr(record, "minute", None)
+    return int(when.timestamp() * 1000) if isinstance(when, datetime) else None
+
+
+class Publisher(ABC):
+    """Sends records to their topics. Use as ``async with``: close() flushes."""
+
+    sent = 0
+
+    async def start(self) -> None:
+        pass
+
+    @abstractmethod
+    async def send(self, topic: Topic[Any], record: Record) -> None: ...
+
+    def topic_name(self, topic: Topic[Any]) -> str:
+        """What ``send_raw`` calls the topic here (Kafka adds the configured prefix)."""
+        return topic.name
+
+    async def send_encoded(
+        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
+        """A record already encoded, byte-identical to ``schemas.encode`` (fast paths)."""
+        await self.send(topic, decode(topic, value))
+
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+    ) -> None:
+        """Opaque bytes, valid or not (replaying captures, testing dead-letter paths)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot send raw bytes")
+
+    @abstractmethod
+    async def flush(self) -> None:
+        """Return once everything sent so far is durably written."""
+
+    async def close(self) -> None:
+        await self.flush()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class KafkaPublisher(Publisher):
+    """aiokafka producer: idempotent, acks=all, keyed per the topic registry.
+
+    Records are appended to one batch per partition (aiokafka's per-message ``send()`` costs
+    more than encoding the record); the partition comes from the same murmur2 partitioner as
+    the Java client, so keys land where Faust and every other client expect them.
+    """
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self._producer: Any = None
+        self._batches: dict[tuple[str, int], Any] = {}
+        self._partitions: dict[str, list[int]] = {}
+        self._partition_of: dict[tuple[str, bytes], int] = {}
+        self._in_flight: list[asyncio.Future[Any]] = []
+        self._round_robin = 0
+        self._linger: asyncio.Task[None] | None = None
+        self._ship_lock = asyncio.Lock()  # batches of a partition reach the broker in order
+
+    async def start(self) -> None:
+        """Connect; a second call keeps the running producer (and what it has in flight)."""
+        from aiokafka import AIOKafkaProducer
+
+        if self._producer is not None:
+            return
+        s = self.settings
+        self._producer = AIOKafkaProducer(
+            **s.client_options(),
+            acks="all",
+            enable_idempotence=True,
+            compression_type=None if s.compression == "none" else s.compression,
+            linger_ms=s.linger_ms,
+            max_batch_size=min(s.max_batch_bytes, 1_048_576),
+        )
+        try:
+            await self._producer.start()
+        except Exception as exc:
+            await self._producer.stop()
+            self._producer = None
+            raise RetriableError(
+                f"cannot reach Kafka at {s.bootstrap} ({exc}); start one with "
+                "`gpugap services up` or set GPUGAP_KAFKA_BOOTSTRAP"
+            ) from exc
+
+    async def send(self, topic: Topic[Any], record: Record) -> None:
+        await self.send_raw(
+            topic.qualified(self.settings.topic_prefix),
+            topic.key_for(record),
+            encode(record),
+            event_time_ms(record),
+        )
+
+    def topic_name(self, topic: Topic[Any]) -> str:
+        return topic.qualified(self.settings.topic_prefix)
+
+    async def send_encoded(
+        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
+        await self.send_raw(topic.qualified(self.settings.topic_prefix), key, value, timestamp_ms)
+
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+    ) -> None:
+        partitions = self._partitions.get(topic) or await self._load_partitions(topic)
+        if key is None:
+            self._round_robin += 1
+            partition = partitions[self._round_robin % len(partitions)]
+        else:
+            # murmur2 is pure Python (~15 us a key) and keys repeat (one per node): remember
+            partition = self._partition_of.get((topic, key), -1)
+            if partition < 0:
+                if len(self._partition_of) > 100_000:
+                    self._partition_of.clear()
+                partition = _PARTITIONER(key, partitions, partitions)
+                self._partition_of[topic, key] = partition
+        batch = self._batches.get((topic, partition))
+        if batch is None:
+            batch = self._batches[topic, partition] = self._producer.create_batch()
+        if batch.append(key=key, value=value, timestamp=timestamp_ms) is None:
+            await self._ship(topic, partition)  # full: send it, start the next one
+            batch = self._batches[topic, partition] = self._producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=timestamp_ms) is None:
+                raise ValueError(f"a record of {len(value or b'')} bytes exceeds the batch size")
+        self.sent += 1
+        if self._linger is None or self._linger.done():
+            # a record never waits in a half-full batch for longer than linger_ms
+            self._linger = asyncio.create_task(self._ship_after_linger())
+
+    async def _ship_after_linger(self) -> None:
+        await asyncio.sleep(self.settings.linger_ms / 1000)
+        await self._ship_all()
+
+    async def _load_partitions(self, topic: str) -> list[int]:
+        # created first where missing: auto-creation would log "not found" at ERROR
+        await ensure_topics(self.settings, [topic])
+        found = sorted(await self._producer.partitions_for(topic))
+        self._partitions[topic] = found
+        return found
+
+    async def _ship(self, topic: str, partition: int) -> None:
+        async with self._ship_lock:
+            batch = self._batches.pop((topic, partition), None)
+            if batch is not None and batch.record_count():
+                fut = await self._producer.send_batch(batch, topic, partition=partition)
+                self._in_flight.append(fut)
+
+    async def _ship_all(self) -> None:
+        for topic, partition in list(self._batches):
+            await self._ship(topic, partition)
+
+    async def flush(self) -> None:
+        if self._producer is None:
+            return
+        if self._linger is not None:
+            # never cancel it: it may be mid-way through handing a batch to the broker
+            linger, self._linger = self._linger, None
+            await linger  # re-raises a failure of a linger-time send
+        await self._ship_all()
+        in_flight, self._in_flight = self._in_flight, []
+        for fut in in_flight:
+            await fut  # raises if the broker refused a batch
+
+    async def close(self) -> None:
+        if self._producer is None:
+            return
+        try:
+            await self.flush()
+        finally:
+            await self._producer.stop()
+            self._producer = None
+
+
+class JsonlPublisher(Publisher):
+    """One JSON object per line: ``{"topic": ..., "key": ..., "value": {record}}``.
+
+    Bytes that are not a valid record (``send_raw``) keep the envelope but carry the exact
+    bytes base64-encoded instead of ``value``: ``{"topic", "key", "value_b64"}``.
+    """
+
+    def __init__(self, out: str | Path) -> None:
+        self.out = str(out)
+        self._fh: IO[bytes] | None = None
+        self._keys: dict[bytes, bytes] = {}  # key -> its JSON string (the fast path repeats keys)
+
+    async def start(self) -> None:
+        if self.out == "-":
+            self._fh = sys.stdout.buffer
+        else:
+            Path(self.out).parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.out, "ab")  # noqa: SIM115 - closed in close()
+
+    async def send(self, topic: Topic[Any], record: Record) -> None:
+        assert self._fh is not None, "start() the publisher first"
+        key = json.dumps(topic.key_of(record)).encode()
+        self._fh.write(
+            b'{"topic":"'
+            + topic.name.encode()
+            + b'","key":'
+            + key
+            + b',"value":'
+            + encode(record)
+            + b"}\n"
+        )
+        self.sent += 1
+
+    async def send_encoded(
+        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
+        assert self._fh is not None, "start() the publisher first"
+        quoted = self._keys.get(key)
+        if quoted is None:
+            if len(self._keys) > 100_000:
+                self._keys.clear()
+            quoted = self._keys[key] = json.dumps(key.decode()).encode()
+        head = b'{"topic":"' + topic.name.encode() + b'","key":' + quoted + b',"value":'
+        self._fh.write(head + value + b"}\n")
+        self.sent += 1
+
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+    ) -> None:
+        assert self._fh is not None, "start() the publisher first"
+        line = {
+            "topic": topic,
+            "key": None if key is None else key.decode(errors="replace"),
+            "value_b64": base64.b64encode(value or b"").decode(),
+        }
+        self._fh.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+        self.sent += 1
+
+    async def flush(self) -> None:
+        if self._fh is not None:
+            self._fh.flush()
+
+    async def close(self) -> None:
+        await self.flush()
+        if self._fh is not None and self._fh is not sys.stdout.buffer:
+            self._fh.close()
+        self._fh = None
+
+
+def open_publisher(out: str | None, settings: KafkaSettings) -> Publisher:
+    """``--out FILE`` (or ``-``) writes JSON lines; otherwise records go to Kafka."""
+    return JsonlPublisher(out) if out else KafkaPublisher(settings)

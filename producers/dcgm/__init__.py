@@ -1,0 +1,1 @@
+"""The dcgm-exporter scraper: ``gpugap produce dcgm`` (extra ``dcgm``)."""

@@ -1,0 +1,1 @@
+"""The NVML node agent: ``gpugap produce nvml`` (extra ``nvml``)."""

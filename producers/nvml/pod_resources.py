@@ -1,0 +1,132 @@
+"""Which pod holds which GPU: the kubelet's PodResources API (v1 ``List``) on its unix socket.
+
+The kubelet answers with every pod on the node and, per container, the devices the device
+plugins handed out. For NVIDIA's plugin the device ids of ``nvidia.com/gpu`` and
+``nvidia.com/mig-*`` are GPU or MIG UUIDs, with a ``::N`` suffix when the plugin time-slices
+a GPU (several pods then share one UUID). Rather than trusting resource names (clusters
+rename them: ``nvidia.com/gpu.shared``, ``nvidia.com/mig-1g.10gb``...), every device id that
+is a GPU or MIG UUID is taken.
+
+Read-only: ``List`` is the only call made. A missing socket means "not a Kubernetes node"
+(no attribution, no noise); a socket that fails to answer is logged once per outage.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from schemas import Attribution
+from schemas.types import GPU_UUID_PATTERN
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+_UUID = re.compile(GPU_UUID_PATTERN)
+#: the gRPC method path: package v1, service PodResourcesLister (upstream's api.proto)
+LIST_METHOD = "/v1.PodResourcesLister/List"
+
+
+def device_uuid(device_id: str) -> str | None:
+    """A device id as the GPU/MIG UUID it names, or None for other kinds of devices."""
+    uuid = device_id.split("::", 1)[0]  # time-slicing replicas: 'GPU-...::3'
+    return uuid if _UUID.match(uuid) else None
+
+
+def attributions(response: Any) -> dict[str, Attribution]:
+    """UUID -> the pod and container holding it, from a ListPodResourcesResponse.
+
+    A time-sliced GPU held by several pods is attributed to the first in (namespace, pod,
+    container) order, so the choice is stable from tick to tick; the others are logged.
+    """
+    holders: dict[str, list[tuple[str, str, str]]] = {}
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for dev in container.devices:
+                for device_id in dev.device_ids:
+                    uuid = device_uuid(device_id)
+                    if uuid is not None:
+                        holders.setdefault(uuid, []).append(
+                            (pod.namespace, pod.name, container.name)
+                        )
+    out: dict[str, Attribution] = {}
+    for uuid, found in holders.items():
+        who = sorted(set(found))
+        if len(who) > 1:
+            log.debug("pod-resources: %s is shared by %s; attributed to the first", uuid, who)
+        ns, pod_name, container = who[0]
+        out[uuid] = Attribution(
+            pod=pod_name or None, namespace=ns or None, container=container or None
+        )
+    return out
+
+
+class PodResourcesClient:
+    """A grpc.aio channel to the kubelet, opened lazily and kept while it works."""
+
+    def __init__(self, socket: Path = DEFAULT_SOCKET, timeout_s: float = 2.0) -> None:
+        self.socket = socket
+        self.timeout_s = timeout_s
+        self._channel: Any = None
+        self._stub: Any = None
+        self._failing = False
+
+    async def list(self) -> dict[str, Attribution] | None:
+        """UUID -> holder, or None when the kubelet cannot be asked (no socket, no answer)."""
+        import grpc
+
+        if not self.socket.exists():
+            return None
+        if self._stub is None:
+            from producers.nvml.kubelet import api_pb2_grpc
+
+            self._channel = grpc.aio.insecure_channel(f"unix://{self.socket.absolute()}")
+            self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+        from producers.nvml.kubelet import api_pb2
+
+        try:
+            response = await self._stub.List(
+                api_pb2.ListPodResourcesRequest(), timeout=self.timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            if not self._failing:
+                log.warning(
+                    "pod-resources: List on %s failed (%s: %s); samples carry no pod until it "
+                    "answers",
+                    self.socket,
+                    exc.code().name,
+                    exc.details(),
+                )
+            self._failing = True
+            await self.close()  # a restarted kubelet makes a new socket: reconnect next time
+            return None
+        if self._failing:
+            log.warning("pod-resources: %s answers again", self.socket)
+            self._failing = False
+        return attributions(response)
+
+    async def close(self) -> None:
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            await channel.close()
+
+
+def merge(pod: Attribution | None, job: str | None) -> Attribution | None:
+    """One attribution from what the kubelet and the Slurm job map said."""
+    if job is None:
+        return pod
+    if pod is None:
+        return Attribution(slurm_job_id=job)
+    return pod.model_copy(update={"slurm_job_id": job})
+
+
+def lookup(holders: Mapping[str, Attribution], uuid: str, mig: Any) -> Attribution | None:
+    """The holder of a device by its UUID, or for MIG by the older 'MIG-GPU-<uuid>/gi/ci' id."""
+    found = holders.get(uuid)
+    if found is None and mig is not None:
+        ci = mig.compute_instance_id or 0
+        found = holders.get(f"MIG-{mig.parent_uuid}/{mig.gpu_instance_id}/{ci}")
+    return found

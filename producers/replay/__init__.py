@@ -1,0 +1,1 @@
+"""Recorded topics: ``gpugap record`` writes JSON lines, ``gpugap replay`` publishes them again."""

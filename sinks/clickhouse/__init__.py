@@ -1,0 +1,1 @@
+"""The ClickHouse sink (``gpugap sink clickhouse``), its warehouse client and its migrations."""

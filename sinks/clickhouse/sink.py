@@ -1,0 +1,400 @@
+"""The ClickHouse sink: GPU-minutes, allocation metadata, alerts and dead letters, inserted in
+columnar form; offsets are committed only after ClickHouse acknowledged every table's insert.
+
+Every table it writes is idempotent under re-delivery (Replacing/Aggregating engines keyed so
+that a repeated row collapses), so "at least once" from Kafka stores each fact once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpugap.settings import ClickHouseSettings
+from schemas import Alert, DeadLetter, GpuMinute, K8sPodEvent, Record, SlurmJobEvent
+from schemas.errors import RetriableError
+from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
+from schemas.types import LifecycleKind, PodEventKind, WorkloadClass
+from sinks.base import BatchingSink, Rejected
+from sinks.clickhouse.warehouse import as_gpugap_error, connect
+
+log = logging.getLogger(__name__)
+
+MINUTE_COLUMNS = [
+    "cluster",
+    "node",
+    "gpu_uuid",
+    "minute",
+    "allocation_id",
+    "scheduler",
+    "workload_class",
+    "owner",
+    "team",
+    "gang_id",
+    "allocated_ms",
+    "unallocated_ms",
+    "consumed_ms",
+    "activity_max_bp",
+    "activity_metric",
+    "memory_used_mib",
+    "power_dw",
+    "sample_count",
+    "no_samples",
+    "ingested_at",
+]
+ALLOCATION_COLUMNS = [
+    "cluster",
+    "allocation_id",
+    "scheduler",
+    "name",
+    "owner",
+    "team",
+    "workload_class",
+    "partition",
+    "qos",
+    "gang_id",
+    "gang_size",
+    "gpus_requested",
+    "nodes",
+    "time_limit_s",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "final_state",
+    "exit_code",
+    "interactive",
+]
+ALERT_COLUMNS = [
+    "alert_id",
+    "kind",
+    "state",
+    "time",
+    "opened_at",
+    "resolved_at",
+    "cluster",
+    "scheduler",
+    "allocation_id",
+    "gang_id",
+    "owner",
+    "team",
+    "workload_class",
+    "nodes",
+    "gpus",
+    "idle_minutes",
+    "idle_gpu_hours",
+    "pending_pods",
+    "running_pods",
+    "message",
+]
+DEAD_LETTER_COLUMNS = [
+    "time",
+    "source_topic",
+    "partition",
+    "offset",
+    "key_b64",
+    "value_b64",
+    "kind",
+    "reason",
+    "consumer",
+]
+# ClickHouse codes meaning "this data is wrong", as opposed to "try again later"
+_DATA_ERROR_CODES = {6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 321, 386, 457}
+
+# idle minutes by the class's threshold in idle_policy (the stream's, from GPUGAP_IDLE_*)
+ROLLUP = """
+INSERT INTO gpu_hours
+SELECT toStartOfHour(m.minute) AS hour, m.cluster, m.node, m.gpu_uuid, m.allocation_id,
+    any(m.scheduler), any(m.workload_class), any(m.owner), any(m.team), any(m.gang_id),
+    sum(m.allocated_ms) / 1000, sumIf(m.allocated_ms, m.no_samples = 1) / 1000,
+    sum(m.unallocated_ms) / 1000, sum(m.consumed_ms) / 1000, count(),
+    countIf(m.allocated_ms > 0 AND m.no_samples = 0
+        AND m.consumed_ms < p.threshold * m.allocated_ms),
+    max(m.activity_max_bp) / 10000, now64(3)
+FROM (
+    SELECT * FROM gpu_minutes FINAL WHERE minute >= {start:DateTime} AND minute < {end:DateTime}
+) AS m
+LEFT JOIN (SELECT workload_class, threshold FROM idle_policy FINAL) AS p
+    ON p.workload_class = m.workload_class
+GROUP BY hour, m.cluster, m.node, m.gpu_uuid, m.allocation_id
+"""
+
+
+DAILY = """
+INSERT INTO gpu_days
+SELECT toDate(hour) AS day, cluster, node, allocation_id, any(scheduler), any(workload_class),
+    any(owner), any(team), any(gang_id), uniqExact(gpu_uuid), sum(allocated_s),
+    sum(unmeasured_s), sum(unallocated_s), sum(consumed_gpu_s), sum(idle_minutes), now64(3)
+FROM gpu_hours FINAL
+WHERE hour >= {start:DateTime} AND hour < {end:DateTime}
+GROUP BY day, cluster, node, allocation_id
+"""
+
+
+# hours (days) whose rollup is older than the rows under them
+STALE_HOURS = (
+    "SELECT m.hour FROM (SELECT toStartOfHour(minute) AS hour, max(ingested_at) AS t "
+    "FROM gpu_minutes GROUP BY hour) AS m LEFT JOIN (SELECT hour, max(version) AS v "
+    "FROM gpu_hours GROUP BY hour) AS h USING (hour) WHERE h.v < m.t OR h.v IS NULL "
+    "SETTINGS join_use_nulls = 1"
+)
+STALE_DAYS = (
+    "SELECT toDateTime(h.day) FROM (SELECT toDate(hour) AS day, max(version) AS t "
+    "FROM gpu_hours GROUP BY day) AS h LEFT JOIN (SELECT day, max(version) AS v "
+    "FROM gpu_days GROUP BY day) AS d USING (day) WHERE d.v < h.t OR d.v IS NULL "
+    "SETTINGS join_use_nulls = 1"
+)
+
+
+def _ms(seconds: float) -> int:
+    return min(round(seconds * 1000), 60_000)
+
+
+def minute_row(m: GpuMinute, now: datetime) -> list[Any]:
+    return [
+        m.cluster,
+        m.node,
+        m.gpu_uuid,
+        m.minute,
+        m.allocation_id or "",
+        m.scheduler or "",
+        m.workload_class or "",
+        m.owner or "",
+        m.team or "",
+        m.gang_id or "",
+        _ms(m.allocated_s),
+        _ms(m.unallocated_s),
+        _ms(m.consumed_gpu_s),
+        round((m.activity_max or 0.0) * 10_000),
+        m.activity_metric or "",
+        round(m.memory_used_mib_avg or 0.0),
+        min(round((m.power_w_avg or 0.0) * 10), 65_535),
+        min(m.sample_count, 255),
+        int(m.no_samples),
+        now,
+    ]
+
+
+def slurm_row(e: SlurmJobEvent) -> list[Any]:
+    end = e.kind is LifecycleKind.END
+    cls = e.workload_class or (WorkloadClass.INTERACTIVE if e.interactive else WorkloadClass.BATCH)
+    return [
+        e.cluster,
+        e.allocation_id,
+        "slurm",
+        e.job_name or "",
+        e.user or "",
+        e.account or "",
+        cls.value,
+        e.partition or "",
+        e.qos or "",
+        "",
+        0,
+        e.gpus_total,
+        [n.node for n in e.nodes],
+        e.time_limit_s or 0,
+        e.submit_time,
+        e.start_time,
+        e.end_time if end else None,
+        e.state.value if end else None,
+        e.exit_code if end else None,
+        int(e.interactive),
+    ]
+
+
+def pod_row(e: K8sPodEvent) -> list[Any]:
+    ended = e.kind in (PodEventKind.TERMINATED, PodEventKind.DELETED)
+    started = e.kind in (PodEventKind.BOUND, PodEventKind.RUNNING)
+    reason = (e.reason.value if e.reason else e.kind.value) if ended else None
+    return [
+        e.cluster,
+        e.allocation_id,
+        "kubernetes",
+        f"{e.namespace}/{e.name}",
+        e.owner or "",
+        e.team or "",
+        e.workload_class.value if e.workload_class else "",
+        "",
+        "",
+        e.gang_id or "",
+        e.gang_size or 0,
+        e.gpus,
+        [e.node] if e.node else [],
+        0,
+        None,
+        e.time if started else None,
+        e.time if ended else None,
+        reason,
+        None,
+        0,
+    ]
+
+
+def alert_row(a: Alert) -> list[Any]:
+    return [
+        a.alert_id,
+        a.kind.value,
+        a.state.value,
+        a.time,
+        a.opened_at,
+        a.resolved_at,
+        a.cluster,
+        a.scheduler.value,
+        a.allocation_id or "",
+        a.gang_id or "",
+        a.owner or "",
+        a.team or "",
+        a.workload_class.value if a.workload_class else "",
+        list(a.nodes),
+        list(a.gpus),
+        a.idle_minutes,
+        a.idle_gpu_hours,
+        a.pending_pods,
+        a.running_pods,
+        a.message,
+    ]
+
+
+def dead_letter_row(d: DeadLetter) -> list[Any]:
+    return [
+        d.time,
+        d.source_topic,
+        -1 if d.partition is None else d.partition,
+        -1 if d.offset is None else d.offset,
+        d.key_b64 or "",
+        d.value_b64,
+        d.kind.value,
+        d.reason,
+        d.consumer or "",
+    ]
+
+
+class ClickHouseSink(BatchingSink):
+    name = "clickhouse"
+    topics = (MINUTES, SLURM_JOBS, K8S_PODS, ALERTS, DEAD_LETTER)
+
+    def __init__(
+        self,
+        settings: ClickHouseSettings,
+        *,
+        rollup_interval_s: float = 5.0,
+        idle_policy: Mapping[str, tuple[float, int]] | None = None,
+        **batching: Any,
+    ) -> None:
+        super().__init__(**batching)
+        self.settings = settings
+        self.rollup_interval_s = rollup_interval_s
+        #: (threshold, minutes) per class ('' = none), written to idle_policy at start
+        self.idle_policy = idle_policy
+        self._client: Any = None
+        self._dirty_hours: set[datetime] = set()
+        self._last_rollup = 0.0
+
+    async def start(self) -> None:
+        self._client = await asyncio.to_thread(connect, self.settings)
+        if self.idle_policy:
+            now = datetime.now(UTC)
+            rows = [[c, t, m, now] for c, (t, m) in sorted(self.idle_policy.items())]
+            await asyncio.to_thread(
+                self._client.insert,
+                "idle_policy",
+                rows,
+                column_names=["workload_class", "threshold", "minutes", "updated_at"],
+            )
+        # minutes stored before a crash whose hour was never rolled up: find and redo them
+        self._dirty_hours |= await asyncio.to_thread(self._stale_hours)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            if self._dirty_hours:
+                await asyncio.to_thread(self._rollup)
+            self._client.close()
+            self._client = None
+
+    async def write(self, batch: Sequence[Record]) -> None:
+        await asyncio.to_thread(self._write_sync, batch)
+
+    async def idle(self) -> None:
+        # the last hours a burst touched are rolled up without waiting for more records
+        if self._dirty_hours and time.monotonic() - self._last_rollup >= self.rollup_interval_s:
+            try:
+                await asyncio.to_thread(self._rollup)
+            except RetriableError as exc:
+                log.warning("%s: rollup deferred: %s", self.name, exc)
+
+    def _write_sync(self, batch: Sequence[Record]) -> None:
+        now = datetime.now(UTC)
+        rows: dict[str, list[list[Any]]] = defaultdict(list)
+        for r in batch:
+            if isinstance(r, GpuMinute):
+                rows["gpu_minutes"].append(minute_row(r, now))
+            elif isinstance(r, SlurmJobEvent):
+                rows["allocations"].append(slurm_row(r))
+            elif isinstance(r, K8sPodEvent):
+                rows["allocations"].append(pod_row(r))
+            elif isinstance(r, Alert):
+                rows["alerts"].append(alert_row(r))
+            elif isinstance(r, DeadLetter):
+                rows["dead_letters"].append(dead_letter_row(r))
+        columns = {
+            "gpu_minutes": MINUTE_COLUMNS,
+            "allocations": ALLOCATION_COLUMNS,
+            "alerts": ALERT_COLUMNS,
+            "dead_letters": DEAD_LETTER_COLUMNS,
+        }
+        for table, table_rows in rows.items():
+            self._insert(table, table_rows, columns[table])
+        self._dirty_hours |= {r.minute.replace(minute=0) for r in batch if isinstance(r, GpuMinute)}
+        if self._dirty_hours and time.monotonic() - self._last_rollup >= self.rollup_interval_s:
+            self._rollup()
+
+    def _insert(self, table: str, rows: list[list[Any]], columns: list[str]) -> None:
+        from clickhouse_connect.driver.exceptions import DataError
+
+        try:
+            self._client.insert(table, rows, column_names=columns)
+        except DataError as exc:  # a value the column cannot hold, found while serializing
+            raise Rejected(f"{table}: {str(exc).splitlines()[0][:500]}") from exc
+        except Exception as exc:
+            code = getattr(exc, "code", None)
+            if code is not None and int(code) in _DATA_ERROR_CODES:
+                raise Rejected(f"{table}: {str(exc).splitlines()[0][:500]}") from exc
+            raise as_gpugap_error(exc, self.settings.url) from exc
+
+    def _rollup(self) -> None:
+        """Recompute the hourly rollup for every hour touched since the last time."""
+        hours, self._dirty_hours = sorted(self._dirty_hours), set()
+        try:
+            for start, end in _ranges(hours):
+                self._client.command(ROLLUP, parameters={"start": start, "end": end})
+            days = sorted({h.replace(hour=0) for h in hours})
+            for start, end in _ranges(days, step=timedelta(days=1)):
+                self._client.command(DAILY, parameters={"start": start, "end": end})
+        except Exception as exc:
+            self._dirty_hours.update(hours)
+            raise as_gpugap_error(exc, self.settings.url) from exc
+        self._last_rollup = time.monotonic()
+
+    def _stale_hours(self) -> set[datetime]:
+        """Hours (and days) whose rollup is older than the rows under it: work a crash cut
+        short after offsets were committed."""
+        hours = self._client.query(STALE_HOURS).result_rows
+        days = self._client.query(STALE_DAYS).result_rows
+        return {row[0].replace(tzinfo=UTC) for row in hours + days}
+
+
+def _ranges(
+    starts: list[datetime], step: timedelta = timedelta(hours=1)
+) -> list[tuple[datetime, datetime]]:
+    """Consecutive periods merged into [start, end) ranges, so a backlog is one statement."""
+    out: list[tuple[datetime, datetime]] = []
+    for h in starts:
+        if out and out[-1][1] == h:
+            out[-1] = (out[-1][0], h + step)
+        else:
+            out.append((h, h + step))
+    return out

@@ -1,0 +1,130 @@
+"""Talking to ClickHouse (the embedded endpoint or a real server) and applying migrations.
+
+Migrations are the ``migrations/NNN_name.sql`` files, applied in order, each once: applied
+versions and their checksums are recorded in ``schema_migrations``. The same files run on the
+embedded endpoint and on a real ClickHouse server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+from urllib.parse import urlparse
+
+from gpugap.services.clickhouse.sql import mask
+from gpugap.settings import ClickHouseSettings
+from schemas.errors import ConfigError, RetriableError
+
+_RETRIABLE_CODES = {159, 202, 209, 210, 241, 242, 252, 319, 425, 999}
+
+
+def client_options(settings: ClickHouseSettings, *, database: bool = True) -> dict[str, Any]:
+    url = urlparse(settings.url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ConfigError(
+            f"GPUGAP_CLICKHOUSE_URL must be http(s)://host:port, got {settings.url!r}"
+        )
+    opts: dict[str, Any] = {
+        "host": url.hostname,
+        "port": url.port or (8443 if url.scheme == "https" else 8123),
+        "secure": url.scheme == "https",
+        "username": settings.user,
+        "password": settings.password.get_secret_value() if settings.password else "",
+        "connect_timeout": 5,
+        "send_receive_timeout": 120,
+        "autogenerate_session_id": False,
+    }
+    if database:
+        opts["database"] = settings.database
+    return opts
+
+
+def connect(settings: ClickHouseSettings, *, database: bool = True) -> Any:
+    import clickhouse_connect
+
+    try:
+        return clickhouse_connect.get_client(**client_options(settings, database=database))
+    except Exception as exc:
+        raise as_gpugap_error(exc, settings.url) from exc
+
+
+def as_gpugap_error(exc: Exception, url: str) -> Exception:
+    """clickhouse-connect's errors -> ours: unreachable/overloaded is retriable."""
+    from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
+
+    code = getattr(exc, "code", None)
+    unavailable = isinstance(exc, (OperationalError, OSError))
+    if unavailable or (isinstance(exc, DatabaseError) and code and int(code) in _RETRIABLE_CODES):
+        return RetriableError(f"ClickHouse at {url} is unavailable: {str(exc).splitlines()[0]}")
+    return exc
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
+
+    def statements(self) -> list[str]:
+        masked, out, start = mask(self.sql), [], 0
+        for i, ch in enumerate(masked):
+            if ch == ";":
+                out.append(self.sql[start:i])
+                start = i + 1
+        out.append(self.sql[start:])
+        return [s.strip() for s in out if mask(s).strip()]
+
+
+def migrations() -> list[Migration]:
+    found = []
+    for entry in resources.files("sinks.clickhouse.migrations").iterdir():
+        m = re.fullmatch(r"(\d+)_(\w+)\.sql", entry.name)
+        if m:
+            found.append(Migration(int(m.group(1)), m.group(2), entry.read_text()))
+    return sorted(found, key=lambda mig: mig.version)
+
+
+def migrate(settings: ClickHouseSettings) -> list[Migration]:
+    """Apply the migrations not applied yet; returns those applied now."""
+    admin = connect(settings, database=False)
+    try:
+        admin.command(f"CREATE DATABASE IF NOT EXISTS `{settings.database}`")
+    finally:
+        admin.close()
+    client = connect(settings)
+    try:
+        client.command(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
+            "checksum String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) "
+            "ENGINE = ReplacingMergeTree ORDER BY version"
+        )
+        applied = dict(
+            client.query("SELECT version, checksum FROM schema_migrations FINAL").result_rows
+        )
+        done = []
+        for mig in migrations():
+            if mig.version in applied:
+                if applied[mig.version] != mig.checksum:
+                    raise ConfigError(
+                        f"migration {mig.version:03d}_{mig.name} changed after it was applied "
+                        "(checksum differs): add a new migration instead of editing it"
+                    )
+                continue
+            for statement in mig.statements():
+                client.command(statement)
+            client.insert(
+                "schema_migrations",
+                [[mig.version, mig.name, mig.checksum]],
+                column_names=["version", "name", "checksum"],
+            )
+            done.append(mig)
+        return done
+    finally:
+        client.close()
