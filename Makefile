@@ -21,15 +21,16 @@ test: $(STAMP) ## run the test suite (starts a local Kafka broker if none is giv
 	$(BIN)/gpugap services fetch
 	$(BIN)/pytest
 
-lint: $(STAMP) ## ruff and mypy
+lint: $(STAMP) ## ruff, mypy and the import-layer contract (import-linter, pyproject.toml)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 demo: $(STAMP) ## run the demo on the embedded defaults (DURATION=seconds, default until Ctrl-C)
 	$(BIN)/gpugap services fetch
 	$(BIN)/gpugap demo $(if $(DURATION),--duration $(DURATION),)
 
-bench: $(STAMP) ## codec and broker throughput beside plain baselines
+bench: $(STAMP) ## codec and broker throughput beside plain baselines (python -m benchmarks --help: the rest)
 	$(BIN)/python -m benchmarks all
 
 services-up: $(STAMP) ## start the local Kafka broker (127.0.0.1:9092)

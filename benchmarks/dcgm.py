@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from gpugap.kafka.publish import Publisher
-from gpugap.settings import DcgmSettings, Settings
+from gpugap.settings import Settings
 from producers.dcgm.producer import DcgmProducer
+from producers.dcgm.settings import DcgmSettings
 from schemas import Record, Topic, encode
 
 FIXTURE = Path(__file__).parents[1] / "tests" / "fixtures" / "dcgm" / "a100x8.txt"
@@ -71,8 +72,8 @@ class _Encoding(Publisher):
 
 
 async def _rounds(urls: list[str], back_to_back: int, scheduled: int, interval: float) -> None:
-    settings = Settings(cluster="bench", dcgm=DcgmSettings(endpoints=urls, interval_s=interval))
-    producer = DcgmProducer(settings)
+    cfg = DcgmSettings(endpoints=urls, interval_s=interval)
+    producer = DcgmProducer(Settings(cluster="bench"), cfg)
     producer.publisher = pub = _Encoding()
     loop = asyncio.get_running_loop()
 

@@ -283,7 +283,7 @@ def measure(pods: int, burst: int) -> dict[str, float]:
         with tempfile.TemporaryDirectory(prefix="gpugap-k8s-bench-") as tmp:
             kubeconfig = write_kubeconfig(url, Path(tmp) / "kubeconfig")
             settings = settings_for(kubeconfig, request_timeout_s=60.0, watch_timeout_s=300)
-            producer = KubernetesProducer(settings)
+            producer = KubernetesProducer(*settings)
             publisher = JsonlPublisher(Path(tmp) / "out.jsonl")
 
             async def go() -> dict[str, float]:

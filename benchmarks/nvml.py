@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pynvml
 
-from gpugap.settings import NvmlSettings, Settings
+from gpugap.settings import Settings
 from producers.nvml.producer import NvmlProducer
 from producers.nvml.sampler import NvmlSampler
+from producers.nvml.settings import NvmlSettings
 from schemas import NodeSample, encode, utc_now
 from schemas.types import SampleSource
 from tests.nvml_fake import FakeNvml
@@ -35,7 +36,8 @@ TARGET_MS = 5.0
 _AGENT = """
 import asyncio, resource, aiokafka, grpc
 from gpugap.kafka.publish import JsonlPublisher
-from gpugap.settings import NvmlSettings, Settings
+from gpugap.settings import Settings
+from producers.nvml.settings import NvmlSettings
 from producers import run_producer
 from producers.nvml.producer import NvmlProducer
 from tests.nvml_fake import FakeNvml
@@ -48,7 +50,7 @@ class Ticks(NvmlProducer):
         return await super().poll()
 
 with FakeNvml("a100x8").installed():
-    p = Ticks(Settings(nvml=NvmlSettings(node="n", pod_resources_socket=None, interval_s=1)))
+    p = Ticks(Settings(), NvmlSettings(node="n", pod_resources_socket=None, interval_s=1))
     p.stop = asyncio.Event()
     asyncio.run(run_producer(p, JsonlPublisher("/dev/null"), stop=p.stop))
 r = resource.getrusage(resource.RUSAGE_SELF)
@@ -96,7 +98,7 @@ def main(repeats: int = 5, ticks: int = 2000) -> int:
         record_us = _per_tick_us(node_sample, ticks, repeats)
         encoded_us = _per_tick_us(lambda: encode(node_sample()), ticks, repeats)
         producer = NvmlProducer(
-            Settings(nvml=NvmlSettings(node="dgx-a100-017", pod_resources_socket=None))
+            Settings(), NvmlSettings(node="dgx-a100-017", pod_resources_socket=None)
         )
 
         async def polls() -> float:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpugap import __version__
+from gpugap.plugin import LOCAL_MODULES, missing_extra, require
 from schemas.errors import FatalError, GpugapError
 
 if TYPE_CHECKING:
@@ -29,7 +30,15 @@ def _settings() -> Settings:
 
 
 def _config_show(args: argparse.Namespace) -> int:
-    print(json.dumps(_settings().masked(), indent=2, default=str))
+    from producers import REGISTRY, plugin
+
+    data = _settings().masked()
+    data["producers"] = {}
+    for name in REGISTRY:  # each producer's own settings (GPUGAP_NVML_*, GPUGAP_K8S_*...)
+        cfg = plugin(name).config()
+        if cfg is not None:
+            data["producers"][name] = json.loads(cfg.model_dump_json())
+    print(json.dumps(data, indent=2, default=str))
     return 0
 
 
@@ -72,6 +81,7 @@ def _services(args: argparse.Namespace) -> int:
 
 
 def _clickhouse_serve(args: argparse.Namespace) -> int:
+    require("gpugap clickhouse serve", "local", LOCAL_MODULES)
     from gpugap.services.clickhouse import users_from
     from gpugap.services.clickhouse.server import serve
 
@@ -89,6 +99,7 @@ def _clickhouse_serve(args: argparse.Namespace) -> int:
 
 
 def _db_migrate(args: argparse.Namespace) -> int:
+    require("gpugap db migrate", "clickhouse", ("clickhouse_connect",))
     from sinks.clickhouse.warehouse import migrate
 
     settings = _settings().clickhouse
@@ -103,16 +114,17 @@ def _db_migrate(args: argparse.Namespace) -> int:
 
 
 def _sink(args: argparse.Namespace) -> int:
+    from sinks import plugin
+
+    spec = plugin(args.name)
+    cfg = spec.config(args)
+    sink_cls = spec.load()  # before the settings: a missing extra is the one thing said
+    settings = _settings()
     from gpugap.kafka.consume import DeadLetters
     from gpugap.kafka.publish import KafkaPublisher
-    from sinks.clickhouse.sink import ClickHouseSink
 
-    settings = _settings()
-    sink = ClickHouseSink(
-        settings.clickhouse,
-        max_records=args.max_records,
-        max_age_s=args.max_age,
-        idle_policy=settings.idle.policy(),
+    sink = sink_cls.from_settings(
+        settings, cfg, max_records=args.max_records, max_age_s=args.max_age
     )
 
     async def run() -> None:
@@ -129,16 +141,16 @@ def _sink(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from gpugap.kafka.publish import open_publisher
-    from producers import by_name, run_producer
+    from producers import plugin
 
+    spec = plugin(args.name)
+    cfg = spec.config(args)
+    producer_cls = spec.load()
     settings = _settings()
-    k8s = {"namespaces": args.namespace, "kubeconfig": args.kubeconfig and Path(args.kubeconfig)}
-    if any(k8s.values()):  # --namespace/--kubeconfig override GPUGAP_K8S_*
-        given = {k: v for k, v in k8s.items() if v}
-        settings = settings.model_copy(update={"k8s": settings.k8s.model_copy(update=given)})
-    settings = _gpu_overrides(args, settings)
-    producer = by_name(args.name)(settings)
+    from gpugap.kafka.publish import open_publisher
+    from producers import run_producer
+
+    producer = producer_cls(settings) if cfg is None else producer_cls(settings, cfg)
     if args.interval is not None:
         producer.interval_s = args.interval
     sent = asyncio.run(
@@ -148,44 +160,32 @@ def _produce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gpu_overrides(args: argparse.Namespace, settings: Settings) -> Settings:
-    """--endpoint, --allow-no-gpu, --job-mapping-dir, --pod-resources-socket override
-    GPUGAP_DCGM_* / GPUGAP_NVML_*."""
-    nvml = {
-        "allow_no_gpu": args.allow_no_gpu or None,
-        "job_mapping_dir": args.job_mapping_dir and Path(args.job_mapping_dir),
-        "pod_resources_socket": args.pod_resources_socket and Path(args.pod_resources_socket),
-    }
-    given = {k: v for k, v in nvml.items() if v}
-    if given:
-        settings = settings.model_copy(update={"nvml": settings.nvml.model_copy(update=given)})
-    if args.endpoint:
-        dcgm = settings.dcgm.model_copy(update={"endpoints": args.endpoint})
-        settings = settings.model_copy(update={"dcgm": dcgm})
-    return settings
+def _plugin_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    registry: dict[str, str],
+    common: Callable[[argparse.ArgumentParser], None],
+    fn: Callable[[argparse.Namespace], int],
+) -> None:
+    """One subcommand per registered plugin, with the common flags and the plugin's own."""
+    from gpugap.plugin import lookup
+
+    for name in registry:
+        spec = lookup(registry, name, "part")
+        sp = sub.add_parser(name, help=spec.help, description=f"{spec.help} (extra: {spec.extra})")
+        sp.set_defaults(func=fn, name=name)
+        common(sp)
+        spec.add_options(sp)
 
 
-def _gpu_options(prod: argparse.ArgumentParser) -> None:
-    prod.add_argument(
-        "--endpoint",
-        action="append",
-        metavar="URL",
-        help="dcgm: a dcgm-exporter URL, e.g. http://node-1:9400/metrics (repeat)",
-    )
-    prod.add_argument(
-        "--allow-no-gpu", action="store_true", help="nvml: no driver: wait for one, don't fail"
-    )
-    prod.add_argument(
-        "--job-mapping-dir",
-        metavar="DIR",
-        help="nvml: Slurm job per GPU index (dcgm-exporter's hpc-job-mapping format)",
-    )
-    prod.add_argument(
-        "--pod-resources-socket",
-        metavar="PATH",
-        help="nvml: kubelet PodResources socket "
-        "(default /var/lib/kubelet/pod-resources/kubelet.sock, used when present)",
-    )
+def _produce_options(prod: argparse.ArgumentParser) -> None:
+    prod.add_argument("--out", metavar="FILE", help="write JSON lines to FILE ('-' = stdout)")
+    prod.add_argument("--once", action="store_true", help="one tick, then exit")
+    prod.add_argument("--interval", type=float, help="seconds between ticks")
+
+
+def _sink_options(sink: argparse.ArgumentParser) -> None:
+    sink.add_argument("--max-records", type=int, default=50_000, help="batch size (rows)")
+    sink.add_argument("--max-age", type=float, default=1.0, help="batch age limit (seconds)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -239,33 +239,20 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub = db.add_subparsers(dest="action", required=True, metavar="ACTION")
     cmd("migrate", _db_migrate, "apply the SQL migrations not applied yet (idempotent)", db_sub)
 
-    sink = cmd(
-        "sink",
-        _sink,
-        "store gpu.minutes, job/pod events, alerts and dead letters "
-        "in ClickHouse (commits offsets only after ClickHouse acknowledged)",
-    )
-    sink.add_argument("name", choices=["clickhouse"])
-    sink.add_argument("--max-records", type=int, default=50_000, help="batch size (rows)")
-    sink.add_argument("--max-age", type=float, default=1.0, help="batch age limit (seconds)")
+    from producers import REGISTRY as PRODUCERS
+    from sinks import REGISTRY as SINKS
 
-    prod = cmd("produce", _produce, "run a producer (publish to Kafka, or --out JSONL)")
-    prod.add_argument("name", help="producer name")
-    prod.add_argument("--out", metavar="FILE", help="write JSON lines to FILE ('-' = stdout)")
-    prod.add_argument("--once", action="store_true", help="one tick, then exit")
-    prod.add_argument("--interval", type=float, help="seconds between ticks")
-    prod.add_argument(
-        "--namespace",
-        action="append",
-        metavar="NS",
-        help="kubernetes: watch this namespace (repeat; default all)",
+    sink = sub.add_parser("sink", help="run a sink: Kafka topics into a store")
+    _plugin_commands(
+        sink.add_subparsers(dest="name", required=True, metavar="NAME"), SINKS, _sink_options, _sink
     )
-    prod.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubernetes: kubeconfig (default in-cluster, $KUBECONFIG)",
+    prod = sub.add_parser("produce", help="run a producer (publish to Kafka, or --out JSONL)")
+    _plugin_commands(
+        prod.add_subparsers(dest="name", required=True, metavar="NAME"),
+        PRODUCERS,
+        _produce_options,
+        _produce,
     )
-    _gpu_options(prod)
 
     from gpugap.cli_sim import register as register_sim  # simulate, record, replay
 
@@ -298,6 +285,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpugapError as exc:
         kind = "error" if isinstance(exc, FatalError) else "error (retry may help)"
         print(f"gpugap: {kind}: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # a command without its own check: still one line
+        missing = missing_extra(exc)
+        if missing is None:
+            raise
+        extra, dist = missing
+        print(
+            f"gpugap: error: gpugap {args.command} needs {dist}, which is not installed: "
+            f"pip install 'gpugap[{extra}]'",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130

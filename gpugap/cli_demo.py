@@ -43,6 +43,10 @@ def register(sub: Any, cmd: Any) -> None:
 
 
 def _demo_cmd(args: Any) -> int:
+    from gpugap.plugin import require
+
+    engine = ("faust",) if args.engine == "faust" else ()
+    require("gpugap demo", "all", (*engine, "chdb", "aiohttp", "clickhouse_connect"))
     if args.duration is not None and args.duration <= 0:
         raise ConfigError("--duration must be positive seconds")
     if args.speed is not None and args.speed < 0:

@@ -71,6 +71,9 @@ def _clickhouse_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> ClickHouseSettings:
+    from gpugap.plugin import require
+
+    require(f"gpugap {args.command}", "clickhouse", ("clickhouse_connect",))
     from gpugap.settings import load
     from sinks.clickhouse.warehouse import client_options
 

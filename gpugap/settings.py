@@ -7,14 +7,12 @@ be read from a file (``..._FILE``), the usual way to mount them in containers.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gpugap.classify import CLASS_LABEL, ClassRule
 from schemas.errors import ConfigError
 from schemas.types import WorkloadClass
 
@@ -45,12 +43,12 @@ def _no_password() -> str:
     return ""
 
 
-def _config(prefix: str) -> SettingsConfigDict:
+def env_config(prefix: str) -> SettingsConfigDict:
     return SettingsConfigDict(env_prefix=prefix, frozen=True, extra="ignore")
 
 
 class KafkaSettings(BaseSettings):
-    model_config = _config("GPUGAP_KAFKA_")
+    model_config = env_config("GPUGAP_KAFKA_")
 
     bootstrap: str = Field(default="127.0.0.1:9092", description="host:port[,host:port...]")
     topic_prefix: str = Field(default="", description="namespace prepended to every topic name")
@@ -180,7 +178,7 @@ class KafkaSettings(BaseSettings):
 
 
 class ClickHouseSettings(BaseSettings):
-    model_config = _config("GPUGAP_CLICKHOUSE_")
+    model_config = env_config("GPUGAP_CLICKHOUSE_")
 
     url: str = "http://127.0.0.1:8123"
     database: str = "gpugap"
@@ -202,7 +200,7 @@ class ClickHouseSettings(BaseSettings):
 class ServicesSettings(BaseSettings):
     """Local services started by ``gpugap services`` when no external ones are given."""
 
-    model_config = _config("GPUGAP_SERVICES_")
+    model_config = env_config("GPUGAP_SERVICES_")
 
     state_dir: Path = Field(default=Path("~/.local/state/gpugap").expanduser())
     cache_dir: Path = Field(default=Path("~/.cache/gpugap").expanduser())
@@ -225,7 +223,7 @@ class ServicesSettings(BaseSettings):
     clickhouse_port: int = Field(default=8123, gt=0, lt=65536)
 
 
-def _comma_list(value: object) -> object:
+def comma_list(value: object) -> object:
     """Lists in the environment: comma-separated (``a,b``) or JSON (``["a", "b"]``)."""
     if isinstance(value, str):
         text = value.strip()
@@ -238,144 +236,19 @@ def _comma_list(value: object) -> object:
 CommaList = Annotated[list[str], NoDecode]
 
 
-class KubernetesSettings(BaseSettings):
-    """The Kubernetes pod producer (``gpugap produce kubernetes``)."""
-
-    model_config = _config("GPUGAP_K8S_")
-
-    namespaces: CommaList = Field(default_factory=list, description="empty: all namespaces")
-    kubeconfig: Path | None = Field(default=None, description="default: in-cluster, KUBECONFIG")
-    context: str | None = None
-    cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
-    connect_timeout_s: float = Field(default=10.0, gt=0)
-    request_timeout_s: float = Field(
-        default=60.0, gt=0, description="read timeout: a connection silent this long is hung"
-    )
-    watch_timeout_s: int = Field(default=300, ge=1, description="server-side, jittered up to 2x")
-    page_size: int = Field(default=500, ge=1, description="pods per list page")
-    backoff_initial_s: float = Field(default=0.2, gt=0)
-    backoff_max_s: float = Field(default=30.0, gt=0)
-    gpu_resources: CommaList = Field(default_factory=lambda: ["nvidia.com/gpu"])
-    gpu_resource_prefixes: CommaList = Field(default_factory=lambda: ["nvidia.com/mig-"])
-    owner_labels: CommaList = Field(
-        default_factory=lambda: [
-            "gpugap.io/owner",
-            "owner",
-            "user",
-            "hub.jupyter.org/username",
-            "notebooks.kubeflow.org/creator",
-        ],
-        description="labels (then annotations) naming the owner, pod first, then its owners",
-    )
-    team_labels: CommaList = Field(default_factory=lambda: ["gpugap.io/team", "team"])
-    team_from_namespace: bool = Field(default=True, description="no team label: the namespace")
-    class_label: str = CLASS_LABEL
-    class_rules: list[ClassRule] = Field(default_factory=list, description="JSON list of rules")
-    owner_cache_size: int = Field(default=10_000, ge=1)
-    owner_cache_ttl_s: float = Field(default=600.0, gt=0)
-    state_file: Path | None = Field(
-        default=None, description="ledger of reported pods: a restart re-sends nothing"
-    )
-
-    _lists = field_validator(
-        "namespaces", "gpu_resources", "gpu_resource_prefixes", "owner_labels", "team_labels",
-        mode="before",
-    )(_comma_list)  # fmt: skip
-
-
-def _optional_path(value: object) -> object:
+def optional_path(value: object) -> object:
     """An empty value (``GPUGAP_..._SOCKET=``) turns a default path off."""
     off = isinstance(value, str) and value.strip().lower() in ("", "none", "off")
     return None if off else value
 
 
-class NvmlSettings(BaseSettings):
-    """The NVML node agent (``gpugap produce nvml``)."""
-
-    model_config = _config("GPUGAP_NVML_")
-
-    cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
-    node: str | None = Field(
-        default=None, description="node name (default: the host name; Kubernetes: spec.nodeName)"
-    )
-    interval_s: float = Field(default=10.0, ge=1.0, description="seconds between samples")
-    rediscover_s: float = Field(default=60.0, gt=0, description="re-list GPUs and MIG devices")
-    allow_no_gpu: bool = Field(default=False, description="no driver: wait instead of failing")
-    pod_resources_socket: Path | None = Field(
-        default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
-        description="kubelet PodResources socket; used when it exists (empty: never)",
-    )
-    pod_resources_timeout_s: float = Field(default=2.0, gt=0)
-    job_mapping_dir: Path | None = Field(
-        default=None, description="Slurm: dcgm-exporter hpc-job-mapping directory"
-    )
-
-    _paths = field_validator("pod_resources_socket", "job_mapping_dir", mode="before")(
-        _optional_path
-    )
-
-
-class DcgmSettings(BaseSettings):
-    """The dcgm-exporter scraper (``gpugap produce dcgm``)."""
-
-    model_config = _config("GPUGAP_DCGM_")
-
-    endpoints: CommaList = Field(default_factory=list, description="dcgm-exporter /metrics URLs")
-    cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
-    interval_s: float = Field(default=15.0, ge=1.0, description="seconds between scrape rounds")
-    timeout_s: float = Field(default=5.0, gt=0, description="per endpoint and scrape")
-    max_concurrency: int = Field(default=100, ge=1, description="scrapes in flight at once")
-    max_body_bytes: int = Field(default=16 << 20, gt=0, description="larger scrapes are refused")
-
-    _lists = field_validator("endpoints", mode="before")(_comma_list)
-
-
-class SlurmSettings(BaseSettings):
-    """The Slurm hook (``gpugap slurm-hook``) and poller (``gpugap produce slurm``).
-
-    The hook reads the same variables without pydantic (producers/slurm/hook_command.py HookConfig):
-    slurmctld runs it on every job start and end, so it imports only the standard library.
-    """
-
-    model_config = _config("GPUGAP_SLURM_")
-
-    cluster: str | None = Field(
-        default=None, description="cluster name (default GPUGAP_CLUSTER, else Slurm's ClusterName)"
-    )
-    spool_dir: Path = Field(
-        default=Path("/var/spool/gpugap/slurm"),
-        description="hook: events Kafka did not take, and running jobs' start events",
-    )
-    hook_timeout_s: float = Field(
-        default=2.0, gt=0, description="hook: the most it may delay a job (scontrol + Kafka)"
-    )
-    end_hook: Literal["jobcomp", "epilog"] = Field(
-        default="jobcomp", description="which hook reports job ends (jobcomp/script is exact)"
-    )
-    source: Literal["auto", "pyslurm", "squeue", "scontrol"] = Field(
-        default="auto", description="poller: pyslurm when it matches, else squeue --json"
-    )
-    scontrol: str = "scontrol"
-    squeue: str = "squeue"
-    sacct: str = "sacct"
-    command_timeout_s: float = Field(default=30.0, gt=0, description="poller: per command")
-    interval_s: float = Field(default=30.0, gt=0, description="poller: seconds between polls")
-    state_file: Path | None = Field(
-        default=None, description="poller: ledger of reported events (a restart re-sends nothing)"
-    )
-    drain_spool: bool = Field(
-        default=True, description="poller: also ship the hook's spool when it is on this host"
-    )
-    since: datetime | None = Field(
-        default=None, description="poller: first backfill history from sacct since this time"
-    )
 
 
 class IdleSettings(BaseSettings):
     """``GPUGAP_IDLE_*``: the idle policy, one source for the stream's alerts, the warehouse's
     rollups and ``v_idle_now`` (the sink writes it into ``idle_policy``)."""
 
-    model_config = _config("GPUGAP_IDLE_")
+    model_config = env_config("GPUGAP_IDLE_")
 
     threshold: float = Field(
         default=0.05, ge=0.0, le=1.0, description="an allocated GPU below this activity is idle"
@@ -400,17 +273,13 @@ class IdleSettings(BaseSettings):
 
 
 class Settings(BaseSettings):
-    model_config = _config("GPUGAP_")
+    model_config = env_config("GPUGAP_")
 
     cluster: str = Field(default="default", description="cluster name stamped on produced records")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     clickhouse: ClickHouseSettings = Field(default_factory=ClickHouseSettings)
     services: ServicesSettings = Field(default_factory=ServicesSettings)
-    k8s: KubernetesSettings = Field(default_factory=KubernetesSettings)
-    nvml: NvmlSettings = Field(default_factory=NvmlSettings)
-    dcgm: DcgmSettings = Field(default_factory=DcgmSettings)
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     idle: IdleSettings = Field(default_factory=IdleSettings)
 
     def masked(self) -> dict[str, Any]:
@@ -430,10 +299,6 @@ def load() -> Settings:
         "kafka": KafkaSettings,
         "clickhouse": ClickHouseSettings,
         "services": ServicesSettings,
-        "k8s": KubernetesSettings,
-        "nvml": NvmlSettings,
-        "dcgm": DcgmSettings,
-        "slurm": SlurmSettings,
     }
     for field, cls in components.items():
         try:

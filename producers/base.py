@@ -26,7 +26,8 @@ class Producer(ABC):
     #: seconds between ticks for polling producers
     interval_s: float = 10.0
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, config: Any = None) -> None:
+        # config: the producer's own settings (its plugin's class); subclasses type it
         self.settings = settings
         self.publisher: Publisher | None = None
         self.ticks = 0

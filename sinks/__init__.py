@@ -1,23 +1,25 @@
-"""Sinks: one ``write(batch)`` each on the batching base, looked up by name."""
+"""Sinks: one ``write(batch)`` each on the batching base (``base.py``), one folder per
+technology declaring a ``Plugin`` (``<tech>/plugin.py``); ``gpugap sink NAME`` is built from
+this registry. Adding a sink: a folder and a line."""
 
 from __future__ import annotations
 
-import importlib
+from typing import TYPE_CHECKING
 
-from schemas.errors import ConfigError
-from sinks.base import BatchingSink, Rejected
+if TYPE_CHECKING:
+    from gpugap.plugin import Plugin
 
-#: name -> "module:Class"
-REGISTRY: dict[str, str] = {"clickhouse": "sinks.clickhouse.sink:ClickHouseSink"}
-
-
-def by_name(name: str) -> type[BatchingSink]:
-    try:
-        module, cls = REGISTRY[name].split(":")
-    except KeyError:
-        raise ConfigError(f"unknown sink {name!r} (known: {', '.join(sorted(REGISTRY))})") from None
-    sink: type[BatchingSink] = getattr(importlib.import_module(module), cls)
-    return sink
+#: name -> "module:PLUGIN"
+REGISTRY: dict[str, str] = {
+    "clickhouse": "sinks.clickhouse.plugin:PLUGIN",
+}
 
 
-__all__ = ["REGISTRY", "BatchingSink", "Rejected", "by_name"]
+def plugin(name: str) -> Plugin:
+    """The declaration of sink NAME (ConfigError naming the known ones if none)."""
+    from gpugap.plugin import lookup
+
+    return lookup(REGISTRY, name, "sink")
+
+
+__all__ = ["REGISTRY", "plugin"]

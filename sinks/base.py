@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from gpugap.kafka.consume import DeadLetters, RawMessage, consume
-from gpugap.settings import KafkaSettings
+from gpugap.settings import KafkaSettings, Settings
 from schemas import Record, Topic
 from schemas.errors import InvalidRecord, RetriableError
 from schemas.types import DeadLetterKind
@@ -46,6 +46,12 @@ class BatchingSink(ABC):
         self._oldest: float | None = None
         self._dead_letters: DeadLetters | None = None
         self.stop = asyncio.Event()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, config: Any, **batching: Any) -> BatchingSink:
+        """The sink ``gpugap sink NAME`` runs: ``config`` is the plugin's own settings (None
+        when it has none), ``batching`` the batch limits from the command line."""
+        return cls(**batching)
 
     @abstractmethod
     async def write(self, batch: Sequence[Record]) -> None:

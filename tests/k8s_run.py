@@ -10,15 +10,16 @@ from types import TracebackType
 from typing import Any
 
 from gpugap.kafka.publish import JsonlPublisher, Publisher
-from gpugap.settings import KubernetesSettings, Settings
+from gpugap.settings import Settings
 from producers import run_producer
 from producers.kubernetes.producer import KubernetesProducer
+from producers.kubernetes.settings import KubernetesSettings
 from schemas import DeadLetter, K8sPodEvent, decode
 from schemas.topics import DEAD_LETTER, K8S_PODS
 from tests.k8s_api import ApiServer, FakeCluster
 
 
-def settings_for(kubeconfig: Path, **k8s: Any) -> Settings:
+def settings_for(kubeconfig: Path, **k8s: Any) -> tuple[Settings, KubernetesSettings]:
     opts: dict[str, Any] = {
         "kubeconfig": kubeconfig,
         "request_timeout_s": 5.0,
@@ -28,7 +29,7 @@ def settings_for(kubeconfig: Path, **k8s: Any) -> Settings:
         "backoff_max_s": 0.5,
         **k8s,
     }
-    return Settings(cluster="test", k8s=KubernetesSettings(**opts))
+    return Settings(cluster="test"), KubernetesSettings(**opts)
 
 
 def _read(path: Path, topic: str) -> list[bytes]:
@@ -63,7 +64,7 @@ class Running:
     ) -> None:
         self.server, self.cluster, self.out = server, server.cluster, out
         kubeconfig = server.kubeconfig(out.with_suffix(".kubeconfig"))
-        self.producer = KubernetesProducer(settings_for(kubeconfig, **k8s))
+        self.producer = KubernetesProducer(*settings_for(kubeconfig, **k8s))
         self.publisher = publisher or JsonlPublisher(out)
         self.once = once
         self.stop = asyncio.Event()

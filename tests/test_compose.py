@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from pydantic_settings import BaseSettings
 
+import producers
 from gpugap.cli import build_parser
 from gpugap.settings import Settings, load
 
@@ -69,20 +71,50 @@ def test_dependencies_wait_for_what_they_need() -> None:
             assert source in COMPOSE["volumes"], f"{name}: {source} is not a named volume"
 
 
+def _names(kind: type[BaseSettings]) -> set[str]:
+    prefix = str(kind.model_config.get("env_prefix", ""))
+    names = set()
+    for sub, sub_info in kind.model_fields.items():
+        names.add(f"{prefix}{sub}".upper())
+        alias = sub_info.validation_alias
+        names.update(getattr(alias, "choices", []) if alias else [])
+    return names
+
+
 def setting_names() -> set[str]:
-    """Every environment variable gpugap's settings read."""
+    """Every environment variable gpugap's settings read: the shared ones and each
+    producer's own (its plugin's settings class)."""
     names = set()
     for field, info in Settings.model_fields.items():
         kind = info.annotation
         if isinstance(kind, type) and issubclass(kind, BaseSettings):
-            prefix = str(kind.model_config.get("env_prefix", ""))
-            for sub, sub_info in kind.model_fields.items():
-                names.add(f"{prefix}{sub}".upper())
-                alias = sub_info.validation_alias
-                names.update(getattr(alias, "choices", []) if alias else [])
+            names |= _names(kind)
         else:
             names.add(f"GPUGAP_{field}".upper())
+    for name in producers.REGISTRY:
+        own = producers.plugin(name).settings
+        if own is not None:
+            names |= _names(own)
     return names
+
+
+def test_one_image_target_per_component_extra() -> None:
+    """The Dockerfile builds one image per component from its install extra, and the last
+    stage (the one docker-compose.yml builds) has everything."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    stages = re.findall(
+        r'^FROM \S+ AS (\w+)\nRUN pip install "\.\[([\w,]+)\]"$',
+        (ROOT / "Dockerfile").read_text(),
+        re.M,
+    )
+    built = dict(stages)
+    assert stages[-1] == ("all", "all")
+    for component in ("nvml", "dcgm", "kubernetes", "slurm", "worker"):
+        assert built[component] == component and component in extras
+    assert built["sink"] == "clickhouse" and "clickhouse" in extras
+    assert "tests" in (ROOT / ".dockerignore").read_text().split()
 
 
 def _interpolate(value: Any) -> str:

@@ -25,6 +25,7 @@ import aiohttp
 from gpugap.settings import Settings
 from producers.base import Producer
 from producers.dcgm.parse import ScrapeError, parse_scrape
+from producers.dcgm.settings import DcgmSettings
 from schemas import DeadLetter, Record, Topic, utc_now
 from schemas.errors import ConfigError
 from schemas.topics import DEAD_LETTER, SAMPLES
@@ -54,9 +55,9 @@ def endpoint_url(text: str) -> str:
 class DcgmProducer(Producer):
     name: ClassVar[str] = "dcgm"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, config: DcgmSettings | None = None) -> None:
         super().__init__(settings)
-        self.cfg = cfg = settings.dcgm
+        self.cfg = cfg = config or DcgmSettings()
         if not cfg.endpoints:
             raise ConfigError(
                 "dcgm: no endpoint to scrape: pass --endpoint URL (repeat it for more) or set "

@@ -15,9 +15,9 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from gpugap.classify import Owner
-from gpugap.settings import KubernetesSettings
 from producers.kubernetes.bounds import str_map
 from producers.kubernetes.resources import GpuRule
+from producers.kubernetes.settings import KubernetesSettings
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from gpugap.classify import Owner, classify_pod, gang_of, owner_and_team
-from gpugap.settings import KubernetesSettings, Settings
+from gpugap.settings import Settings
 from producers.base import Producer
 from producers.kubernetes.handoff import Handoff
 from producers.kubernetes.ledger import Ledger
 from producers.kubernetes.owners import OwnerResolver, client_fetch, owner_map_keys
 from producers.kubernetes.resources import GpuRule
+from producers.kubernetes.settings import KubernetesSettings
 from producers.kubernetes.tracker import Enricher, Enrichment, Tracker
 from producers.kubernetes.watcher import Watcher, WatchOptions
 from schemas import Topic
@@ -105,9 +106,9 @@ def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> Non
 class KubernetesProducer(Producer):
     name: ClassVar[str] = "kubernetes"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, config: KubernetesSettings | None = None) -> None:
         super().__init__(settings)
-        self.k8s = settings.k8s
+        self.k8s = config or KubernetesSettings()
         self.cluster = self.k8s.cluster or settings.cluster
         self.rule = GpuRule(self.k8s.gpu_resources, self.k8s.gpu_resource_prefixes)
         self.watchers: list[Watcher] = []

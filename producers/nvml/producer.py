@@ -24,6 +24,7 @@ from producers.base import Producer
 from producers.nvml.job_map import read_job_map
 from producers.nvml.pod_resources import PodResourcesClient, lookup, merge
 from producers.nvml.sampler import NoDriver, NvmlSampler
+from producers.nvml.settings import NvmlSettings
 from schemas import GpuSample, NodeSample, Record, Topic, utc_now
 from schemas.errors import ConfigError, FatalError
 from schemas.topics import SAMPLES
@@ -35,9 +36,9 @@ log = logging.getLogger(__name__)
 class NvmlProducer(Producer):
     name: ClassVar[str] = "nvml"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, config: NvmlSettings | None = None) -> None:
         super().__init__(settings)
-        self.cfg = cfg = settings.nvml
+        self.cfg = cfg = config or NvmlSettings()
         self.cluster = cfg.cluster or settings.cluster
         self.node = cfg.node or socket.gethostname()
         self.interval_s = cfg.interval_s

@@ -116,7 +116,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--follow", action="store_true", help="keep running, drain every --interval")
     p.add_argument("--interval", type=float, default=10.0, metavar="S")
     args = p.parse_args(argv)
-    from gpugap.settings import SlurmSettings
+    from producers.slurm.settings import SlurmSettings
 
     root = Path(args.spool_dir) if args.spool_dir else SlurmSettings().spool_dir
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -35,6 +35,7 @@ from producers.base import Producer
 from producers.slurm import sources
 from producers.slurm.event import ACTIVE_STATES, JobInfo, events_for
 from producers.slurm.parse import ParseError
+from producers.slurm.settings import SlurmSettings
 from schemas import DeadLetter, SlurmJobEvent, Topic, utc_now
 from schemas.topics import DEAD_LETTER, SLURM_JOBS
 from schemas.types import DeadLetterKind
@@ -72,9 +73,9 @@ class Ledger:
 class SlurmProducer(Producer):
     name: ClassVar[str] = "slurm"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, config: SlurmSettings | None = None) -> None:
         super().__init__(settings)
-        self.slurm = settings.slurm
+        self.slurm = config or SlurmSettings()
         self.interval_s = self.slurm.interval_s
         explicit = "cluster" in settings.model_fields_set
         self.cluster = self.slurm.cluster or (settings.cluster if explicit else None)

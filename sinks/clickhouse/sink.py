@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpugap.settings import ClickHouseSettings
+from gpugap.settings import ClickHouseSettings, Settings
 from schemas import Alert, DeadLetter, GpuMinute, K8sPodEvent, Record, SlurmJobEvent
 from schemas.errors import RetriableError
 from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
@@ -293,6 +293,10 @@ class ClickHouseSink(BatchingSink):
         self._client: Any = None
         self._dirty_hours: set[datetime] = set()
         self._last_rollup = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings, config: Any, **batching: Any) -> ClickHouseSink:
+        return cls(settings.clickhouse, idle_policy=settings.idle.policy(), **batching)
 
     async def start(self) -> None:
         self._client = await asyncio.to_thread(connect, self.settings)

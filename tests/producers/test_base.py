@@ -16,9 +16,11 @@ import pytest
 import producers
 from gpugap.cli import main
 from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
+from gpugap.plugin import Plugin
 from gpugap.settings import KafkaSettings, Settings, load
 from producers import Producer, run_producer
 from schemas import NodeSample, Record, Topic, decode
+from schemas.errors import ConfigError
 from schemas.examples import node_samples
 from schemas.topics import SAMPLES
 from tests.conftest import create_topics
@@ -61,18 +63,27 @@ def test_once_writes_one_tick_as_jsonl_in_the_replay_envelope(tmp_path: Path) ->
     assert decode(SAMPLES, json.dumps(rows[0]["value"])) == next(node_samples(1, nodes=2))
 
 
+TICKER = Plugin(name="ticker", help="two example samples a tick", extra="all",
+                target=f"{__name__}:Ticker")
+
+
 def test_cli_runs_a_registered_producer_once_to_stdout(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(producers.REGISTRY, "ticker", f"{__name__}:Ticker")
+    monkeypatch.setitem(producers.REGISTRY, "ticker", f"{__name__}:TICKER")
     assert main(["produce", "ticker", "--once", "--out", "-"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and json.loads(out[1])["value"]["node"] == "node001"
 
 
 def test_unknown_producer_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["produce", "nope", "--once"]) == 2
-    assert "unknown producer 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:
+        main(["produce", "nope", "--once"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nope'" in err and "nvml" in err  # the known ones are listed
+    with pytest.raises(ConfigError, match="unknown producer 'nope' \\(known: dcgm, kubernetes"):
+        producers.plugin("nope")
 
 
 def test_stop_ends_the_loop_and_everything_sent_is_flushed(tmp_path: Path) -> None:

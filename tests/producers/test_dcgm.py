@@ -16,9 +16,10 @@ from aiohttp import web
 
 from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
 from gpugap.services.kafka import free_port
-from gpugap.settings import DcgmSettings, KafkaSettings, Settings
-from producers import by_name, run_producer
+from gpugap.settings import KafkaSettings, Settings
+from producers import plugin, run_producer
 from producers.dcgm.producer import DcgmProducer, endpoint_url
+from producers.dcgm.settings import DcgmSettings
 from schemas import DeadLetter, NodeSample
 from schemas.errors import ConfigError
 from schemas.topics import DEAD_LETTER, SAMPLES
@@ -61,8 +62,8 @@ async def exporters(routes: dict[str, Any]) -> AsyncIterator[dict[str, str]]:
             await runner.cleanup()
 
 
-def settings(endpoints: list[str], **dcgm: Any) -> Settings:
-    return Settings(cluster="c1", dcgm=DcgmSettings(endpoints=endpoints, **dcgm))
+def settings(endpoints: list[str], **dcgm: Any) -> tuple[Settings, DcgmSettings]:
+    return Settings(cluster="c1"), DcgmSettings(endpoints=endpoints, **dcgm)
 
 
 def fixture(name: str) -> str:
@@ -70,7 +71,7 @@ def fixture(name: str) -> str:
 
 
 def test_registered_and_endpoint_forms() -> None:
-    assert by_name("dcgm") is DcgmProducer
+    assert plugin("dcgm").load() is DcgmProducer
     assert endpoint_url("node-1:9400") == "http://node-1:9400/metrics"
     assert endpoint_url("http://node-1:9400/") == "http://node-1:9400/metrics"
     assert endpoint_url("https://n/custom/path") == "https://n/custom/path"
@@ -98,7 +99,7 @@ def test_one_round_many_endpoints_one_down_one_hung_one_bad(
     async def run() -> DcgmProducer:
         async with exporters(routes) as urls:
             down = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
-            producer = DcgmProducer(settings([*urls.values(), down], timeout_s=0.5))
+            producer = DcgmProducer(*settings([*urls.values(), down], timeout_s=0.5))
             await run_producer(producer, JsonlPublisher(out), once=True)
             return producer
 
@@ -148,7 +149,7 @@ def test_an_endpoint_going_down_and_back_is_logged_once_each(
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
-        producer = DcgmProducer(settings([url]))
+        producer = DcgmProducer(*settings([url]))
         got = []
         try:
             for up in (True, False, False, False, True, True):
@@ -168,7 +169,7 @@ def test_an_endpoint_going_down_and_back_is_logged_once_each(
 def test_oversized_scrape_is_refused() -> None:
     async def run() -> DcgmProducer:
         async with exporters({"big": fixture("a100x8.txt")}) as urls:
-            producer = DcgmProducer(settings(list(urls.values()), max_body_bytes=10_000))
+            producer = DcgmProducer(*settings(list(urls.values()), max_body_bytes=10_000))
             assert list(await producer.poll()) == []
             await producer.close()
             return producer
@@ -182,7 +183,7 @@ def test_one_round_to_kafka(kafka: KafkaSettings) -> None:
         await create_topics(kafka, [SAMPLES.name, DEAD_LETTER.name])
         routes = {"a100": fixture("a100x8.txt"), "bad": fixture("malformed_truncated.txt")}
         async with exporters(routes) as urls:
-            producer = DcgmProducer(settings(list(urls.values())))
+            producer = DcgmProducer(*settings(list(urls.values())))
             sent = await run_producer(producer, KafkaPublisher(kafka), once=True)
         assert sent == 2
         return await read_topic(kafka, SAMPLES, 1), await read_topic(kafka, DEAD_LETTER, 1)

@@ -263,10 +263,10 @@ def test_truncation_keeps_short_values_and_marks_and_distinguishes_long_ones() -
 def test_owner_maps_are_cut_to_the_keys_the_rules_read() -> None:
     """An owner with 10,000 labels and a large last-applied annotation: the cache keeps only
     the keys that owner, team, class and gang rules read, and the pod's result is unchanged."""
-    from gpugap.settings import KubernetesSettings
     from producers.kubernetes.owners import OwnerResolver, owner_map_keys
     from producers.kubernetes.producer import make_enricher
     from producers.kubernetes.resources import GpuRule
+    from producers.kubernetes.settings import KubernetesSettings
 
     labels = {f"noise-{i}": "v" for i in range(10_000)}
     labels |= {"team": "vision", "kueue.x-k8s.io/queue-name": "q", "gpugap.io/owner": "bob"}
@@ -297,10 +297,10 @@ def test_owner_maps_are_cut_to_the_keys_the_rules_read() -> None:
 
 
 def test_recorded_owners_give_the_same_result_through_the_cut_maps() -> None:
-    from gpugap.settings import KubernetesSettings
     from producers.kubernetes.owners import Fetch, OwnerResolver, owner_map_keys
     from producers.kubernetes.producer import make_enricher
     from producers.kubernetes.resources import GpuRule
+    from producers.kubernetes.settings import KubernetesSettings
     from tests.k8s_api import PLURALS, Scenario, scenarios
 
     def fetcher(sc: Scenario) -> Fetch:

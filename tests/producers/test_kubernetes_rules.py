@@ -17,10 +17,11 @@ from gpugap.classify import (
     gang_of,
     owner_and_team,
 )
-from gpugap.settings import KubernetesSettings
+from producers import plugin
 from producers.kubernetes.owners import OwnerResolver, expected_gpu_pods
 from producers.kubernetes.producer import make_enricher
 from producers.kubernetes.resources import GpuRule, gpu_summary, quantity, termination
+from producers.kubernetes.settings import KubernetesSettings
 from schemas.types import TerminationReason, WorkloadClass
 from tests.k8s_api import PLURALS, Scenario, merge_patch, scenarios
 
@@ -430,7 +431,6 @@ def test_rbac_is_read_only_and_covers_every_owner_the_producer_resolves() -> Non
 
 # --- settings -----------------------------------------------------------------------------
 def test_k8s_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpugap.settings import load
     from schemas.errors import ConfigError
 
     monkeypatch.setenv("GPUGAP_K8S_NAMESPACES", "ml-train, serving")
@@ -439,11 +439,11 @@ def test_k8s_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         "GPUGAP_K8S_CLASS_RULES", '[{"namespace": "dev-*", "workload_class": "interactive"}]'
     )
     monkeypatch.setenv("GPUGAP_K8S_REQUEST_TIMEOUT_S", "15")
-    k8s = load().k8s
+    k8s = KubernetesSettings()
     assert k8s.namespaces == ["ml-train", "serving"]
     assert k8s.gpu_resource_prefixes == ["nvidia.com/mig-", "amd.com/"]
     assert k8s.class_rules == [ClassRule(namespace="dev-*", workload_class="interactive")]
     assert k8s.request_timeout_s == 15.0
     monkeypatch.setenv("GPUGAP_K8S_CLASS_RULES", '[{"namespace": "x", "workload_class": "idle"}]')
     with pytest.raises(ConfigError, match="GPUGAP_K8S_CLASS_RULES"):
-        load()
+        plugin("kubernetes").config()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -13,9 +14,10 @@ import pytest
 
 from gpugap.cli import main
 from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
-from gpugap.settings import KafkaSettings, NvmlSettings, Settings
-from producers import by_name, run_producer
+from gpugap.settings import KafkaSettings, Settings
+from producers import plugin, run_producer
 from producers.nvml.producer import NvmlProducer
+from producers.nvml.settings import NvmlSettings
 from schemas import GpuSample, MigInstance, NodeSample
 from schemas.errors import ConfigError, FatalError
 from schemas.topics import SAMPLES
@@ -35,9 +37,9 @@ ALL = (
 )
 
 
-def settings(**nvml: Any) -> Settings:
+def settings(**nvml: Any) -> tuple[Settings, NvmlSettings]:
     base = {"node": "dgx-a100-017", "pod_resources_socket": None, "cluster": "hpc-east"}
-    return Settings(nvml=NvmlSettings(**{**base, **nvml}))
+    return Settings(), NvmlSettings(**{**base, **nvml})
 
 
 def tick(producer: NvmlProducer) -> NodeSample | None:
@@ -65,13 +67,13 @@ def whole(gpu: dict[str, Any], index: int) -> GpuSample:
 
 
 def test_registered() -> None:
-    assert by_name("nvml") is NvmlProducer
+    assert plugin("nvml").load() is NvmlProducer
 
 
 def test_a100_node_one_sample_with_every_gpu() -> None:
     fake = FakeNvml("a100x8")
     with fake.installed():
-        producer = NvmlProducer(settings(interval_s=5.0))
+        producer = NvmlProducer(*settings(interval_s=5.0))
         sample = tick(producer)
         asyncio.run(producer.close())
     assert sample is not None
@@ -92,7 +94,7 @@ def test_a100_node_one_sample_with_every_gpu() -> None:
 def test_h100_mig_instances_are_the_devices_and_say_what_nvml_lacks() -> None:
     fake = FakeNvml("h100x2_mig")
     with fake.installed():
-        producer = NvmlProducer(settings(node="gpu-h100-mig-03"))
+        producer = NvmlProducer(*settings(node="gpu-h100-mig-03"))
         first = tick(producer)
         calls = fake.calls
         second = tick(producer)
@@ -127,7 +129,7 @@ def test_gpu_lost_mid_run_then_back_then_gone(caplog: pytest.LogCaptureFixture) 
     fake = FakeNvml("a100x8")
     now = [0.0]
     with fake.installed():
-        producer = NvmlProducer(settings())
+        producer = NvmlProducer(*settings())
         producer.sampler.clock = lambda: now[0]
         assert tick(producer) is not None
         fake.lose(3)  # Xid 79: fallen off the bus
@@ -159,7 +161,7 @@ def test_gpu_lost_mid_run_then_back_then_gone(caplog: pytest.LogCaptureFixture) 
 def test_transient_errors_are_flagged_for_that_tick_only() -> None:
     fake = FakeNvml("a100x8")
     with fake.installed():
-        producer = NvmlProducer(settings())
+        producer = NvmlProducer(*settings())
         fake.fail(2, "power_mw", "UNKNOWN")
         fake.fail(2, "energy_mj", "TIMEOUT")
         fake.fail(5, "utilization", "NO_PERMISSION")
@@ -177,7 +179,7 @@ def test_transient_errors_are_flagged_for_that_tick_only() -> None:
 
 def test_no_driver_fails_with_one_clear_message() -> None:
     with FakeNvml("a100x8", driver=False).installed(), pytest.raises(FatalError) as err:
-        NvmlProducer(settings())
+        NvmlProducer(*settings())
     assert "libnvidia-ml.so.1 not found" in str(err.value)
     assert "--allow-no-gpu" in str(err.value)
 
@@ -192,7 +194,7 @@ def test_no_driver_here_is_the_real_library_saying_so() -> None:
         pynvml.nvmlShutdown()
         pytest.skip("this machine has an NVIDIA driver")
     with pytest.raises(FatalError, match=r"libnvidia-ml\.so\.1 not found"):
-        NvmlProducer(settings())
+        NvmlProducer(*settings())
 
 
 def test_cli_no_driver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -208,7 +210,7 @@ def test_cli_no_driver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_allow_no_gpu_waits_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeNvml("a100x8", driver=False)
     with fake.installed(), caplog.at_level(logging.WARNING):
-        producer = NvmlProducer(settings(allow_no_gpu=True))
+        producer = NvmlProducer(*settings(allow_no_gpu=True))
         assert tick(producer) is None
         assert tick(producer) is None
         fake.driver = True  # the driver got installed / loaded
@@ -221,7 +223,7 @@ def test_allow_no_gpu_waits_and_says_so(caplog: pytest.LogCaptureFixture) -> Non
 
 def test_interval_below_one_second_is_refused() -> None:
     with FakeNvml("a100x8").installed():
-        producer = NvmlProducer(settings())
+        producer = NvmlProducer(*settings())
         producer.interval_s = 0.5
         with pytest.raises(ConfigError, match="at least 1 s"):
             tick(producer)
@@ -239,7 +241,7 @@ def test_slurm_job_map(tmp_path: Path) -> None:
     (jobs / "README").write_text("not a GPU index\n")
     fake = FakeNvml("a100x8")
     with fake.installed():
-        sample = tick(NvmlProducer(settings(job_mapping_dir=jobs)))
+        sample = tick(NvmlProducer(*settings(job_mapping_dir=jobs)))
     assert sample is not None
     got = {g.index: g.attribution.slurm_job_id for g in sample.gpus if g.attribution}
     assert got == {0: "4471123", 1: "4471123", 5: "4471188_17"}
@@ -247,7 +249,7 @@ def test_slurm_job_map(tmp_path: Path) -> None:
 
 def test_missing_job_map_dir_is_no_job(tmp_path: Path) -> None:
     with FakeNvml("a100x8").installed():
-        sample = tick(NvmlProducer(settings(job_mapping_dir=tmp_path / "absent")))
+        sample = tick(NvmlProducer(*settings(job_mapping_dir=tmp_path / "absent")))
     assert sample is not None and all(g.attribution is None for g in sample.gpus)
 
 
@@ -255,7 +257,7 @@ def test_jsonl_through_the_runner(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     fake = FakeNvml("h100x2_mig")
     with fake.installed():
-        sent = asyncio.run(run_producer(NvmlProducer(settings()), JsonlPublisher(out), once=True))
+        sent = asyncio.run(run_producer(NvmlProducer(*settings()), JsonlPublisher(out), once=True))
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert sent == 1 and lines[0]["topic"] == "gpu.samples.v1"
     assert lines[0]["key"] == "hpc-east/dgx-a100-017"
@@ -270,7 +272,7 @@ def test_one_tick_to_kafka(kafka: KafkaSettings) -> None:
     async def run() -> tuple[int, list[NodeSample]]:
         await create_topics(kafka, [SAMPLES.name])
         with fake.installed():
-            producer = NvmlProducer(settings(node="gpu-h100-mig-03"))
+            producer = NvmlProducer(*settings(node="gpu-h100-mig-03"))
             sent = await run_producer(producer, KafkaPublisher(kafka), once=True)
         return sent, await read_topic(kafka, SAMPLES, 1, settle_s=0.5)
 
@@ -285,15 +287,20 @@ def test_one_tick_to_kafka(kafka: KafkaSettings) -> None:
 
 
 def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpugap.settings import load
-
     monkeypatch.setenv("GPUGAP_NVML_POD_RESOURCES_SOCKET", "")
     monkeypatch.setenv("GPUGAP_NVML_JOB_MAPPING_DIR", "/run/gpugap/jobs")
     monkeypatch.setenv("GPUGAP_DCGM_ENDPOINTS", "http://n1:9400/metrics, n2:9400")
-    s = load()
-    assert s.nvml.pod_resources_socket is None
-    assert s.nvml.job_mapping_dir == Path("/run/gpugap/jobs")
-    assert s.dcgm.endpoints == ["http://n1:9400/metrics", "n2:9400"]
+    nvml = plugin("nvml").config()
+    assert isinstance(nvml, NvmlSettings)
+    assert nvml.pod_resources_socket is None
+    assert nvml.job_mapping_dir == Path("/run/gpugap/jobs")
+    dcgm = plugin("dcgm").config()
+    assert dcgm is not None
+    assert dcgm.model_dump()["endpoints"] == ["http://n1:9400/metrics", "n2:9400"]
+    # a flag overrides the environment, validated the same way (a str becomes a Path)
+    args = argparse.Namespace(opt_job_mapping_dir="/srv/jobs", opt_allow_no_gpu=False)
+    flagged = plugin("nvml").config(args)
+    assert isinstance(flagged, NvmlSettings) and flagged.job_mapping_dir == Path("/srv/jobs")
     monkeypatch.setenv("GPUGAP_NVML_INTERVAL_S", "0.2")
     with pytest.raises(ConfigError, match="GPUGAP_NVML_INTERVAL_S"):
-        load()
+        plugin("nvml").config()

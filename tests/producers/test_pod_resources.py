@@ -16,10 +16,11 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from gpugap.settings import NvmlSettings, Settings
+from gpugap.settings import Settings
 from producers.nvml.kubelet import api_pb2, api_pb2_grpc
 from producers.nvml.pod_resources import PodResourcesClient, attributions, device_uuid
 from producers.nvml.producer import NvmlProducer
+from producers.nvml.settings import NvmlSettings
 from schemas import Attribution
 from tests.nvml_fake import FakeNvml
 
@@ -128,11 +129,9 @@ def test_time_sliced_gpu_goes_to_the_first_holder() -> None:
     assert shared.pod == "embed-svc-7d4b9c-4hq8n"  # sorted: stable from tick to tick
 
 
-def nvml_settings(socket: Path) -> Settings:
-    return Settings(
-        cluster="k8s-west",
-        nvml=NvmlSettings(node="gpu-node-1", pod_resources_socket=socket),
-    )
+def nvml_settings(socket: Path) -> tuple[Settings, NvmlSettings]:
+    nvml = NvmlSettings(node="gpu-node-1", pod_resources_socket=socket)
+    return Settings(cluster="k8s-west"), nvml
 
 
 def test_nvml_agent_attributes_each_gpu(tmp_path: Path) -> None:
@@ -141,7 +140,7 @@ def test_nvml_agent_attributes_each_gpu(tmp_path: Path) -> None:
 
     async def run() -> Any:
         async with kubelet(socket, recorded("a100x8")):
-            producer = NvmlProducer(nvml_settings(socket))
+            producer = NvmlProducer(*nvml_settings(socket))
             try:
                 return next(iter(await producer.poll()))
             finally:
@@ -166,7 +165,7 @@ def test_mig_pods_by_mig_uuid_and_by_the_older_id(tmp_path: Path) -> None:
 
     async def run() -> Any:
         async with kubelet(socket, recorded("h100x2_mig")):
-            producer = NvmlProducer(nvml_settings(socket))
+            producer = NvmlProducer(*nvml_settings(socket))
             try:
                 return next(iter(await producer.poll()))
             finally:
@@ -183,7 +182,7 @@ def test_kubelet_down_then_back(tmp_path: Path, caplog: pytest.LogCaptureFixture
     fake = FakeNvml("a100x8")
 
     async def run() -> list[int]:
-        producer = NvmlProducer(nvml_settings(socket))
+        producer = NvmlProducer(*nvml_settings(socket))
         held = []
         try:
             # no socket at all: not a Kubernetes node (or the kubelet is not up): no noise

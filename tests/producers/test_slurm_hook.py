@@ -18,13 +18,14 @@ import pytest
 
 from gpugap.kafka.consume import DeadLetters
 from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings, Settings, SlurmSettings
+from gpugap.settings import KafkaSettings, Settings
 from producers import run_producer
 from producers.slurm import spool
 from producers.slurm.drain import drain_once
 from producers.slurm.hook import HookConfig
 from producers.slurm.hook_command import run
 from producers.slurm.producer import SlurmProducer
+from producers.slurm.settings import SlurmSettings
 from schemas.topics import DEAD_LETTER, SLURM_JOBS
 from tests.conftest import read_topic
 from tests.producers.test_slurm_parse import FIX, env_file
@@ -175,7 +176,7 @@ def test_malformed_squeue_dead_letters_and_the_poller_goes_on(  # noqa: PLR0917
         scontrol=replay(tmp_path, "scontrol_all.txt"),
         drain_spool=False,
     )
-    producer = SlurmProducer(Settings(kafka=kafka, slurm=s))
+    producer = SlurmProducer(Settings(kafka=kafka), s)
     with caplog.at_level(logging.WARNING, "producers.slurm.producer"):
         asyncio.run(run_producer(producer, KafkaPublisher(kafka), once=True))
     letters = asyncio.run(read_topic(kafka, DEAD_LETTER, dead, settle_s=1))

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings, Settings, SlurmSettings
+from gpugap.settings import KafkaSettings, Settings
 from producers.slurm.parse import gres_indices
 from producers.slurm.producer import SlurmProducer
+from producers.slurm.settings import SlurmSettings
 from schemas import SlurmJobEvent
 from schemas.topics import DEAD_LETTER, SLURM_JOBS
 from tests.conftest import read_topic
@@ -48,7 +49,7 @@ class Poller:
     def __init__(self, slurm: SlurmCluster, kafka: KafkaSettings, **opts: Any) -> None:
         os.environ["SLURM_CONF"] = str(slurm.conf)  # for the squeue/sacct it runs
         s = SlurmSettings(cluster=CLUSTER, interval_s=0.5, drain_spool=False, **opts)
-        self.producer = SlurmProducer(Settings(kafka=kafka, slurm=s))
+        self.producer = SlurmProducer(Settings(kafka=kafka), s)
         self.publisher = KafkaPublisher(kafka)
         self.stop = asyncio.Event()
 
@@ -371,7 +372,7 @@ def test_poller_alone_and_sacct_backfill(
         s = SlurmSettings(
             cluster=CLUSTER, drain_spool=False, since=datetime.fromtimestamp(since, UTC)
         )
-        producer = SlurmProducer(Settings(kafka=back, slurm=s))
+        producer = SlurmProducer(Settings(kafka=back), s)
         producer.source = "none"  # history only: sacct, not the live queue
         async with KafkaPublisher(back) as pub:
             producer.publisher = pub

@@ -72,10 +72,6 @@ class Engine:
         self.version = self._keeper.query("SELECT version()").data.decode().strip()
         names = self._keeper.query("SELECT name FROM system.table_functions", "TSVRaw")
         self.table_functions = frozenset(names.data.decode().split())
-        from gpugap.services.clickhouse.policy import off_host
-
-        #: function names refused anywhere in a statement (policy.inspect)
-        self.off_host = off_host(self.table_functions)
         self.baseline = self._keeper.changed_settings()
 
     def connect(self) -> Connection:

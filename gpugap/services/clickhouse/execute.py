@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from gpugap import sqllex as q
 from gpugap.services.clickhouse import body, policy
-from gpugap.services.clickhouse import sql as q
 from gpugap.services.clickhouse.engine import (
     Connection,
     Engine,
@@ -92,7 +92,8 @@ class Execution:
             raise body.TooLarge("the query", self.limits.max_query_bytes)
         if not text.strip():
             raise EngineError("Empty query", 62, "SYNTAX_ERROR")
-        stmt = await self._thread(policy.inspect, conn, text, self.engine.off_host, call.params)
+        off_host = policy.off_host(self.engine.table_functions)
+        stmt = await self._thread(policy.inspect, conn, text, off_host, call.params)
         if stmt.takes_data is not None:
             raise EngineError(
                 "Cannot find where the INSERT's data starts: write `INSERT ... FORMAT <name>` "
@@ -143,9 +144,8 @@ class Execution:
         decompressed while the engine parses the previous one."""
         conn = self._conn
         assert conn is not None
-        stmt = await self._thread(
-            policy.inspect, conn, f"{statement} FORMAT {fmt}", self.engine.off_host
-        )
+        off_host = policy.off_host(self.engine.table_functions)
+        stmt = await self._thread(policy.inspect, conn, f"{statement} FORMAT {fmt}", off_host)
         if stmt.takes_data is None:
             raise EngineError(f"Not an INSERT that takes data: {statement}", 62, "SYNTAX_ERROR")
         await self._thread(self._prepare)

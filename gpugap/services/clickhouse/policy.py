@@ -12,8 +12,9 @@ the host or the network, dictionaries (their sources may read files or other ser
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpugap.services.clickhouse.engine import Connection, EngineError
@@ -75,9 +76,11 @@ class Statement:
         return m.group(1) if m else None
 
 
-def off_host(table_functions: Iterable[str]) -> frozenset[str]:
+@functools.lru_cache(maxsize=8)
+def off_host(table_functions: frozenset[str]) -> frozenset[str]:
     """Lower-case names of the functions that reach the host: every table function off the
-    safe list, and the scalar ones that read files."""
+    safe list, and the scalar ones that read files. Computed once per engine (the engine's
+    set of names is the cache key)."""
     return frozenset({f.lower() for f in table_functions} - SAFE_TABLE_FUNCTIONS | HOST_FUNCTIONS)
 
 

@@ -1,4 +1,5 @@
-"""Just enough SQL lexing to route a request: comments, quotes, the leading keyword, a trailing
+"""Just enough ClickHouse SQL lexing for the endpoint to route a request, and for migrations to
+split statements: comments, quotes, the leading keyword, a trailing
 FORMAT clause and where INSERT data starts. It decides nothing about privileges: the engine
 parses every statement that runs (policy.py), and INSERT data only ever reaches the engine's
 format parsers, never its SQL parser."""

@@ -1,0 +1,23 @@
+"""``GPUGAP_DCGM_*``: the dcgm-exporter scraper's settings."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings
+
+from gpugap.settings import CommaList, comma_list, env_config
+
+
+class DcgmSettings(BaseSettings):
+    """The dcgm-exporter scraper (``gpugap produce dcgm``)."""
+
+    model_config = env_config("GPUGAP_DCGM_")
+
+    endpoints: CommaList = Field(default_factory=list, description="dcgm-exporter /metrics URLs")
+    cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
+    interval_s: float = Field(default=15.0, ge=1.0, description="seconds between scrape rounds")
+    timeout_s: float = Field(default=5.0, gt=0, description="per endpoint and scrape")
+    max_concurrency: int = Field(default=100, ge=1, description="scrapes in flight at once")
+    max_body_bytes: int = Field(default=16 << 20, gt=0, description="larger scrapes are refused")
+
+    _lists = field_validator("endpoints", mode="before")(comma_list)
