@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from schemas.errors import MalformedRecord, SchemaViolation
 from schemas.models import Record
-from schemas.topics import TOPICS, Topic
+from schemas.topics import Topic
 from schemas.types import GPU_UUID_PATTERN
 
 M = TypeVar("M", bound=Record)
@@ -55,22 +55,3 @@ def _invalid(topic: Topic[Any], exc: ValidationError) -> MalformedRecord | Schem
         parts.append(f"{field}: {msg}")
     more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
     return SchemaViolation(f"{topic.name}: " + "; ".join(parts) + more)
-
-
-def register_faust_codecs() -> None:
-    """Register one Faust codec per topic, named after the topic (``value_serializer=``)."""
-    from faust.serializers import codecs
-
-    class _TopicCodec(codecs.Codec):
-        def __init__(self, topic: Topic[Any]) -> None:
-            super().__init__()
-            self.topic = topic
-
-        def _dumps(self, obj: Any) -> bytes:
-            return encode(obj)
-
-        def _loads(self, s: bytes) -> Any:
-            return decode(self.topic, s)
-
-    for name, topic in TOPICS.items():
-        codecs.register(name, _TopicCodec(topic))

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from schemas.clock import DAY_S
 from schemas.models import (
     Alert,
     AllocationEvent,
@@ -24,7 +25,8 @@ from schemas.models import (
 )
 from schemas.types import ActivityMetric, SampleSource
 
-EPOCH = datetime(2026, 11, 1, tzinfo=UTC)
+#: when the examples happen (a fixed instant, so they are the same on every run)
+START = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -38,7 +40,7 @@ def node_samples(
     gpus: int = 8,
     seed: int = 1,
     cluster: str = "bench",
-    start: datetime = EPOCH,
+    start: datetime = START,
 ) -> Iterator[NodeSample]:
     """``count`` node samples round-robin over ``nodes`` nodes, 10 s apart per node."""
     rng = random.Random(seed)
@@ -73,7 +75,7 @@ def node_samples(
 
 def one_of_each() -> dict[str, Record]:
     """A valid record for every topic, keyed by topic name."""
-    t = EPOCH + timedelta(hours=1)
+    t = START + timedelta(hours=1)
     g0, g1 = gpu_uuid("node001", 0), gpu_uuid("node001", 1)
     common: dict[str, Any] = {"cluster": "prod"}
     return {
@@ -112,7 +114,7 @@ def one_of_each() -> dict[str, Record]:
             job_name="train",
             nodes=(NodeGpus(node="node001", gpu_indices=(0, 1)),),
             gpus_total=2,
-            time_limit_s=86_400,
+            time_limit_s=DAY_S,
             submit_time=t - timedelta(hours=3),
             start_time=t - timedelta(hours=2),
             end_time=t,

@@ -12,7 +12,7 @@ from schemas.topics import TOPICS, Topic
 def json_schema(topic: Topic[Any]) -> dict[str, Any]:
     # Validation mode describes what a consumer may receive; the wire form of times (ISO 8601
     # strings) is what it accepts too.
-    schema = topic.model.model_json_schema(mode="validation")
+    schema: dict[str, Any] = topic.model.model_json_schema(mode="validation")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = f"urn:gpugap:topic:{topic.name}"
     schema["title"] = topic.name

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schemas.clock import MINUTE_S
 from schemas.types import (
     MAX_GANG_SIZE,
     MAX_GPU_INDEX,
@@ -278,12 +279,14 @@ class GpuMinute(Record):
     node: Name
     gpu_uuid: GpuUuid
     minute: UtcTime
-    allocated_s: StrictFloat = Field(ge=0.0, le=60.0, description="seconds the allocation held it")
-    consumed_gpu_s: StrictFloat = Field(ge=0.0, le=60.0)
+    allocated_s: StrictFloat = Field(
+        ge=0.0, le=float(MINUTE_S), description="seconds the allocation held it"
+    )
+    consumed_gpu_s: StrictFloat = Field(ge=0.0, le=float(MINUTE_S))
     unallocated_s: StrictFloat = Field(
         default=0.0,
         ge=0.0,
-        le=60.0,
+        le=float(MINUTE_S),
         description="rows without allocation_id: seconds of the minute no allocation held it",
     )
     activity_avg: Ratio | None = None

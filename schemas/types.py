@@ -8,6 +8,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, PlainSerializer, Strict, StringConstraints
 
+from schemas.clock import HOUR_S, MILLISECOND_US
+
 _HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 #: ``GPU-<uuid>``, ``MIG-<uuid>`` (R470+ drivers) or ``MIG-GPU-<uuid>/<gi>/<ci>`` (older drivers).
 GPU_UUID_PATTERN = rf"^(GPU-{_HEX_UUID}|MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/\d+/\d+)$"
@@ -19,12 +21,12 @@ def _require_utc_ms(value: datetime) -> datetime:
             "timestamp must be timezone-aware (UTC, e.g. '2026-01-01T00:00:00Z'), got a naive time"
         )
     value = value.astimezone(UTC)
-    return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
+    return value.replace(microsecond=value.microsecond - value.microsecond % MILLISECOND_US)
 
 
 def format_utc(value: datetime) -> str:
     """ISO 8601 with millisecond precision and a ``Z``: the one wire format for times."""
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // MILLISECOND_US:03d}Z"
 
 
 #: A timezone-aware UTC instant with millisecond precision; naive times are rejected.
@@ -60,7 +62,7 @@ MAX_GPUS_PER_JOB = 1_000_000
 #: members of one gang (training job) and nodes or GPUs one alert names
 MAX_GANG_SIZE = 100_000
 #: seconds one sample may describe: agents sample every 1-60 s; beyond an hour is no sample
-MAX_INTERVAL_S = 3600.0
+MAX_INTERVAL_S = float(HOUR_S)
 #: fields one GPU sample may list as unsupported
 MAX_UNSUPPORTED = 64
 

@@ -9,14 +9,15 @@ Partial gangs (``GangTracker``): pods of one gang (``gang_id``, ``gang_size``) w
 GPUs while others are still Pending. The alert opens at the event time the first pod of an
 incomplete gang binds, and resolves when every pod is bound or none holds GPUs any more
 (the gang was deleted or finished). State is a plain JSON-able dict keyed by gang.
+
+Workload classes: the class an event carries wins, else gpugap.classify's built-in rules
+(configured rules are the Kubernetes producer's: it publishes the class they give).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from gpugap.classify import ClassRule, Owner, classify_pod, classify_slurm
+from gpugap.classify import Owner, classify_pod, classify_slurm
+from schemas.clock import HOUR_MS, HOUR_S, SECOND_MS, at, ms
 from schemas.models import Alert, AllocationEvent, K8sPodEvent, SlurmJobEvent
 from schemas.types import (
     AlertKind,
@@ -27,16 +28,17 @@ from schemas.types import (
     WorkloadClass,
     format_utc,
 )
-from streams.core import ms
-from streams.detect_idle import at
+from streams.state import Gang, GangAlert, GangsState
+
+#: how long a finished gang is remembered, so its pods' late events raise nothing
+DONE_RETAIN_MS = HOUR_MS
 
 
-def from_slurm(ev: SlurmJobEvent, rules: Sequence[ClassRule] = ()) -> list[AllocationEvent]:
+def from_slurm(ev: SlurmJobEvent) -> list[AllocationEvent]:
     """One allocation event per node of the job that holds GPUs."""
     cls = classify_slurm(
         interactive=ev.interactive,
         override=ev.workload_class,
-        rules=rules,
         partition=ev.partition,
         account=ev.account,
         qos=ev.qos,
@@ -66,14 +68,14 @@ def from_slurm(ev: SlurmJobEvent, rules: Sequence[ClassRule] = ()) -> list[Alloc
     ]
 
 
-def pod_class(ev: K8sPodEvent, rules: Sequence[ClassRule] = ()) -> WorkloadClass:
+def pod_class(ev: K8sPodEvent) -> WorkloadClass:
     if ev.workload_class is not None:
         return ev.workload_class
     chain = [Owner(ev.owner_kind, ev.owner_name or "")] if ev.owner_kind else []
-    return classify_pod(ev.namespace, ev.name, labels={}, annotations={}, chain=chain, rules=rules)
+    return classify_pod(ev.namespace, ev.name, labels={}, annotations={}, chain=chain)
 
 
-def from_pod(ev: K8sPodEvent, rules: Sequence[ClassRule] = ()) -> list[AllocationEvent]:
+def from_pod(ev: K8sPodEvent) -> list[AllocationEvent]:
     """Bound/running -> start, terminated/deleted -> end; pods that never held GPUs -> []."""
     if ev.node is None or ev.gpus == 0:
         return []
@@ -88,7 +90,7 @@ def from_pod(ev: K8sPodEvent, rules: Sequence[ClassRule] = ()) -> list[Allocatio
             scheduler=Scheduler.KUBERNETES,
             allocation_id=ev.allocation_id,
             gpus=ev.gpus,
-            workload_class=pod_class(ev, rules),
+            workload_class=pod_class(ev),
             owner=ev.owner,
             team=ev.team,
             gang_id=ev.gang_id,
@@ -111,16 +113,15 @@ class GangTracker:
 
     def __init__(
         self,
-        state: dict[str, Any] | None = None,
+        state: GangsState | None = None,
         *,
         grace_ms: int = 30_000,
         lateness_ms: int = 120_000,
-        rules: Sequence[ClassRule] = (),
     ) -> None:
-        self.state: dict[str, Any] = (
+        self.state: GangsState = (
             state if state is not None else {"gangs": {}, "done": {}, "max_ms": None}
         )
-        self.grace_ms, self.lateness_ms, self.rules = grace_ms, lateness_ms, rules
+        self.grace_ms, self.lateness_ms = grace_ms, lateness_ms
         #: the watermark before which no finished gang expires (not state: recomputed)
         self._expire_at: int | None = None
 
@@ -128,14 +129,14 @@ class GangTracker:
         t = ms(ev.time)
         out = self.advance(t)  # first: spells that outlived their grace before this event
         if ev.gang_id is not None and ev.gang_size and ev.gang_size >= 2:
-            out += self._apply(ev, t)
+            out += self._apply(ev, ev.gang_size, t)
         return out
 
-    def _apply(self, ev: K8sPodEvent, t: int) -> list[Alert]:
+    def _apply(self, ev: K8sPodEvent, size: int, t: int) -> list[Alert]:
         key = f"{ev.cluster}/{ev.gang_id}"
         if key in self.state["done"]:
             return []
-        g = self.state["gangs"].setdefault(
+        g: Gang = self.state["gangs"].setdefault(
             key,
             {
                 "bound": {},
@@ -143,7 +144,7 @@ class GangTracker:
                 "events": [],
                 "alert": None,
                 "since": None,
-                "size": ev.gang_size,
+                "size": size,
                 "meta": ev.model_dump(mode="json"),
             },
         )
@@ -165,42 +166,44 @@ class GangTracker:
             g["since"] = t
         elif not partial:
             g["since"] = None
-            if g["alert"] is not None:
-                out.append(self._alert(g, AlertState.RESOLVED, t))
+            alert = g["alert"]
+            if alert is not None:
+                out.append(self._alert(g, alert, AlertState.RESOLVED, t))
                 g["alert"] = None
         if (not g["bound"] and g["ended"]) or n >= g["size"]:
             del self.state["gangs"][key]
             self.state["done"][key] = t
             if self._expire_at is not None:
-                self._expire_at = min(self._expire_at, t + 3_600_000)
+                self._expire_at = min(self._expire_at, t + DONE_RETAIN_MS)
         return out
 
     def advance(self, t: int) -> list[Alert]:
         """Move the event-time clock: open alerts whose grace has run out."""
         s = self.state
-        s["max_ms"] = t if s["max_ms"] is None else max(s["max_ms"], t)
-        wm = s["max_ms"] - self.lateness_ms
+        seen = s["max_ms"] = t if s["max_ms"] is None else max(s["max_ms"], t)
+        wm = seen - self.lateness_ms
         out: list[Alert] = []
         for g in s["gangs"].values():
             since = g["since"]
             if since is not None and g["alert"] is None and since + self.grace_ms <= wm:
-                gpus = sum(b[2] for b in g["bound"].values())
-                g["alert"] = {"opened": since + self.grace_ms, "since": since, "gpus": gpus}
-                out.append(self._alert(g, AlertState.OPEN, since + self.grace_ms))
+                gpus = sum(int(b[2]) for b in g["bound"].values())
+                alert: GangAlert = {"opened": since + self.grace_ms, "since": since, "gpus": gpus}
+                g["alert"] = alert
+                out.append(self._alert(g, alert, AlertState.OPEN, since + self.grace_ms))
         if self._expire_at is None or self._expire_at < wm:  # not on every sample
             for key, done in list(s["done"].items()):
-                if done + 3_600_000 < wm:
+                if done + DONE_RETAIN_MS < wm:
                     del s["done"][key]
-            self._expire_at = min(s["done"].values(), default=wm) + 3_600_000
+            self._expire_at = min(s["done"].values(), default=wm) + DONE_RETAIN_MS
         return out
 
-    def _alert(self, g: dict[str, Any], state: AlertState, t: int) -> Alert:
+    def _alert(self, g: Gang, alert: GangAlert, state: AlertState, t: int) -> Alert:
         ev = K8sPodEvent.model_validate(g["meta"])
-        opened = at(g["alert"]["opened"])
-        nodes = sorted({b[1] for b in g["bound"].values()})
+        opened = at(alert["opened"])
+        nodes = sorted({str(b[1]) for b in g["bound"].values()})
         running = len(g["bound"])
-        gpus = sum(b[2] for b in g["bound"].values())
-        held_s = g["alert"]["gpus"] * max(0, t - g["alert"]["since"])
+        gpus = sum(int(b[2]) for b in g["bound"].values())
+        held_gpu_ms = alert["gpus"] * max(0, t - alert["since"])
         return Alert(
             alert_id=f"partial_gang/{ev.cluster}/{ev.gang_id}/{format_utc(opened)}",
             kind=AlertKind.PARTIAL_GANG,
@@ -213,9 +216,9 @@ class GangTracker:
             gang_id=ev.gang_id,
             owner=ev.owner,
             team=ev.team,
-            workload_class=pod_class(ev, self.rules),
+            workload_class=pod_class(ev),
             nodes=tuple(nodes),
-            idle_gpu_hours=held_s / 1000 / 3600,
+            idle_gpu_hours=held_gpu_ms / SECOND_MS / HOUR_S,
             pending_pods=max(0, g["size"] - running),
             running_pods=running,
             message=f"{running} of {g['size']} pods of gang {ev.gang_id} hold {gpus} GPU(s) "

@@ -79,7 +79,9 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         async for events in stream.noack_take(opts.max_records, within=0.2):
             await runner.on_batch(list(events))
 
-    @app.timer(0.5)
+    # faust's App.timer is annotated as returning a bare Callable (its other decorators
+    # are typed), so mypy cannot see what it makes of the function
+    @app.timer(0.5)  # type: ignore[untyped-decorator]
     async def tick() -> None:
         await runner.tick()
 

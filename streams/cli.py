@@ -113,13 +113,19 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from gpugap.plugin import require
     from gpugap.settings import load
+
+    if args.engine == "faust":  # the asyncio engine needs only the core
+        require("gpugap worker", "worker", ("faust",))
+    from schemas.clock import SECOND_MS
     from schemas.errors import ConfigError
     from streams.core import CoreConfig
 
     settings = load()
     logging.getLogger("streams").setLevel(settings.log_level)
-    lateness, alert = round(args.lateness * 1000), round(args.alert_lateness * 1000)
+    lateness = round(args.lateness * SECOND_MS)
+    alert = round(args.alert_lateness * SECOND_MS)
     if not 0 <= alert <= lateness:
         raise ConfigError("--alert-lateness must be between 0 and --lateness")
     if args.idle_timeout is not None and args.idle_flush is None:
@@ -128,8 +134,8 @@ def _worker(args: argparse.Namespace) -> int:
         lateness_ms=lateness,
         alert_lateness_ms=alert,
         idle=idle_config(settings.idle, args.idle_threshold, args.idle_minutes),
-        max_future_ms=round(args.max_future * 1000),
-        max_past_ms=None if args.backfill else round(args.max_past * 1000),
+        max_future_ms=round(args.max_future * SECOND_MS),
+        max_past_ms=None if args.backfill else round(args.max_past * SECOND_MS),
     )
     web = None
     if args.http:

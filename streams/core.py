@@ -1,8 +1,8 @@
 """The pure per-node core: allocation events + node samples in event time -> GPU-minutes.
 
-No I/O, no clocks. ``NodeCore(state)`` wraps a plain JSON-able dict (what a Faust table
-stores under the node's key); every call returns what it produced (``Output``) and leaves the
-new state in ``core.state``.
+No I/O, no clocks. ``NodeCore(state)`` wraps a plain JSON-able dict (``NodeState``, what a
+snapshot stores under the node's key); every call returns what it produced (``Output``) and
+leaves the new state in ``core.state``.
 
 - **Watermark** = max event time seen on this node - ``lateness`` (default 120 s). A minute
   is closed, and its rows emitted, once the watermark reaches its end; everything before the
@@ -28,8 +28,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import cast
 
+from schemas.clock import DAY_MS, MINUTE_MS, SECOND_MS, at, minute_floor, ms
 from schemas.models import Alert, AllocationEvent, GpuMinute, NodeSample, Record
 from schemas.types import (
     ActivityMetric,
@@ -37,22 +38,18 @@ from schemas.types import (
     LifecycleKind,
     format_utc,
 )
-from streams import window as W
-from streams.detect_idle import EPOCH, IdleConfig, at, observe
+from streams.detect_idle import IdleConfig, observe
 from streams.rows import minute_rows, placeholder_uuid
+from streams.state import NodeState, new_alloc_state, new_node_state
+from streams.window import Sample
 
+# ms: benchmarks/worker_inproc.py reads it from here
 __all__ = ["CoreConfig", "NodeCore", "Output", "Refused", "ms", "placeholder_uuid"]
 
-MINUTE = W.MINUTE_MS
-PLAIN: dict[Any, str] = {e: e.value for e in ActivityMetric}
-RETAIN_MS = 10 * MINUTE  # keep ended allocations this long after the frontier (duplicates)
-TOMBSTONE_MS = 24 * 60 * MINUTE  # then remember only that they ended (late deletions, dups)
-
-
-def ms(t: datetime) -> int:
-    """Milliseconds since the epoch, exactly (no float rounding)."""
-    d = t - EPOCH
-    return (d.days * 86_400 + d.seconds) * 1000 + d.microseconds // 1000
+#: the state holds plain JSON values, not enum members
+PLAIN: dict[ActivityMetric | None, str] = {e: e.value for e in ActivityMetric}
+RETAIN_MS = 10 * MINUTE_MS  # keep ended allocations this long after the frontier (duplicates)
+TOMBSTONE_MS = DAY_MS  # then remember only that they ended (late deletions, duplicates)
 
 
 @dataclass(frozen=True)
@@ -95,27 +92,8 @@ class Output:
         self.refused += other.refused
 
 
-def new_state(cluster: str, node: str) -> dict[str, Any]:
-    return {
-        "cluster": cluster,
-        "node": node,
-        "max_ms": None,  # max event time seen
-        "first_ms": None,  # earliest data before anything closed
-        "closed_ms": None,  # every minute before this is closed
-        "interval_ms": None,
-        "index": {},  # str(gpu index) -> uuid (non-MIG GPUs)
-        "known": {},  # uuid -> first millisecond it reported (capacity from there on)
-        "samples": {},  # uuid -> [[t, dt, activity, metric, memory, power], ...] sorted
-        "attrib": {},  # "namespace/pod" -> {uuid: last t}
-        "allocs": {},  # allocation id -> see _alloc
-        "ended": {},  # allocation id -> end (ms), of allocations no longer held in "allocs"
-        "idle": {},
-        "counts": {},
-    }
-
-
 class NodeCore:
-    def __init__(self, state: dict[str, Any], config: CoreConfig | None = None) -> None:
+    def __init__(self, state: NodeState, config: CoreConfig | None = None) -> None:
         self.state = state
         self.cfg = config or CoreConfig()
         #: minute start -> the rows the alert pass computed for it, reused when the minute
@@ -125,7 +103,7 @@ class NodeCore:
 
     @classmethod
     def new(cls, cluster: str, node: str, config: CoreConfig | None = None) -> NodeCore:
-        return cls(new_state(cluster, node), config)
+        return cls(new_node_state(cluster, node), config)
 
     # --- input ---------------------------------------------------------------------------
 
@@ -143,7 +121,7 @@ class NodeCore:
         s = self.state
         t = ms(ns.time)
         dt = (
-            round(ns.interval_s * 1000)
+            round(ns.interval_s * SECOND_MS)
             if ns.interval_s
             else s["interval_ms"] or self.cfg.default_interval_ms
         )
@@ -170,9 +148,9 @@ class NodeCore:
             buf = samples.get(u)
             if buf is None:
                 buf = samples[u] = []
-            metric = PLAIN.get(g.activity_metric)  # the state holds plain JSON values
-            row = [t, dt, g.activity, metric, g.memory_used_mib, g.power_w]
-            if not buf or buf[-1][0] < t:  # in order: the usual case
+            metric = PLAIN.get(g.activity_metric)
+            row: Sample = [t, dt, g.activity, metric, g.memory_used_mib, g.power_w]
+            if not buf or cast(int, buf[-1][0]) < t:  # in order: the usual case
                 buf.append(row)
             else:
                 i = bisect_left(buf, t, key=_time)
@@ -195,7 +173,7 @@ class NodeCore:
         if since is None:
             self._rows.clear()
         else:
-            for m0 in [m0 for m0 in self._rows if m0 + MINUTE > since]:
+            for m0 in [m0 for m0 in self._rows if m0 + MINUTE_MS > since]:
                 del self._rows[m0]
 
     def allocation(self, ev: AllocationEvent) -> Output:
@@ -210,7 +188,7 @@ class NodeCore:
             self._count("events_after_end")
             return out
         if a is None:
-            a = s["allocs"][ev.allocation_id] = _alloc(ev)
+            a = s["allocs"][ev.allocation_id] = new_alloc_state(ev)
         a["events"].append(ev.event_id)
         self._rows.clear()
         t = ms(ev.time)
@@ -270,49 +248,53 @@ class NodeCore:
     def close(self) -> Output:
         s = self.state
         out = Output()
-        if s["max_ms"] is None:
+        seen = s["max_ms"]
+        if seen is None:
             return out
-        wm = s["max_ms"] - self.cfg.lateness_ms
-        if s["closed_ms"] is None:
-            if s["first_ms"] is None:
+        wm = seen - self.cfg.lateness_ms
+        closed = s["closed_ms"]
+        if closed is None:
+            first = s["first_ms"]
+            if first is None:
                 return out
-            s["closed_ms"] = s["first_ms"] // MINUTE * MINUTE
-        before = s["closed_ms"]
+            closed = s["closed_ms"] = minute_floor(first)
+        before = closed
         # alerts first: the idle detector runs ahead of the stored minutes (alert lateness)
-        awm = s["max_ms"] - self.cfg.alert_lateness_ms
-        if s.get("judged_ms") is None or s["judged_ms"] < s["closed_ms"]:
-            s["judged_ms"] = s["closed_ms"]
-        while s["judged_ms"] + MINUTE <= awm:
-            m0 = s["judged_ms"]
-            rows = self._minute(m0, out)
+        awm = seen - self.cfg.alert_lateness_ms
+        judged = s.get("judged_ms")
+        if judged is None or judged < closed:
+            judged = s["judged_ms"] = closed
+        while judged + MINUTE_MS <= awm:
+            m0 = judged
+            rows = self._minute(m0)
             out.alerts += observe(
                 s["idle"], s["node"], m0, rows, allocs=s["allocs"], cfg=self.cfg.idle
             )
-            s["judged_ms"] = m0 + MINUTE
-            if m0 + MINUTE <= wm and s["closed_ms"] == m0:  # the same minute closes now
+            judged = s["judged_ms"] = m0 + MINUTE_MS
+            if m0 + MINUTE_MS <= wm and closed == m0:  # the same minute closes now
                 out.minutes += rows
-                s["closed_ms"] = m0 + MINUTE
+                closed = s["closed_ms"] = m0 + MINUTE_MS
             else:
                 self._rows[m0] = rows
-        while s["closed_ms"] + MINUTE <= wm:
-            m0 = s["closed_ms"]
+        while closed + MINUTE_MS <= wm:
+            m0 = closed
             cached = self._rows.pop(m0, None)
-            out.minutes += cached if cached is not None else self._minute(m0, out)
-            s["closed_ms"] = m0 + MINUTE
-        if s["closed_ms"] != before or out.minutes:
-            self._prune(out)
+            out.minutes += cached if cached is not None else self._minute(m0)
+            closed = s["closed_ms"] = m0 + MINUTE_MS
+        if closed != before or out.minutes:
+            self._prune(closed, out)
         return out
 
-    def _minute(self, m0: int, out: Output) -> list[GpuMinute]:
+    def _minute(self, m0: int) -> list[GpuMinute]:
         return minute_rows(self.state, m0)
 
-    def _prune(self, out: Output) -> None:
+    def _prune(self, closed: int, out: Output) -> None:
+        """Forget what no minute from ``closed`` on can need."""
         s = self.state
-        closed = s["closed_ms"]
         ended = s.setdefault("ended", {})
         for aid in [k for k, end in ended.items() if end + TOMBSTONE_MS <= closed]:
             del ended[aid]
-        keep_from = closed - MINUTE  # the previous sample trims the next one's interval
+        keep_from = closed - MINUTE_MS  # the previous sample trims the next one's interval
         for buf in s["samples"].values():
             i = bisect_left(buf, keep_from, key=_time)
             if i > 1:
@@ -336,26 +318,5 @@ class NodeCore:
                     self._rows.clear()  # a pod of the same name may still hold GPUs
 
 
-def _time(sample: list[Any]) -> Any:
-    return sample[0]
-
-
-def _alloc(ev: AllocationEvent) -> dict[str, Any]:
-    return {
-        "id": ev.allocation_id,
-        "cluster": ev.cluster,
-        "scheduler": ev.scheduler.value,
-        "cls": ev.workload_class.value,
-        "owner": ev.owner,
-        "team": ev.team,
-        "gang_id": ev.gang_id,
-        "name": ev.name,
-        "namespace": ev.namespace,
-        "gpus": ev.gpus,
-        "indices": list(ev.gpu_indices) if ev.gpu_indices is not None else None,
-        "uuids": list(ev.gpu_uuids) if ev.gpu_uuids else None,
-        "start": None,
-        "end": None,
-        "orphan": None,
-        "events": [],
-    }
+def _time(sample: Sample) -> int:
+    return cast(int, sample[0])  # always the int time the core wrote

@@ -16,17 +16,11 @@ a multi-node allocation into one alert.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
 
+from schemas.clock import HOUR_S, MINUTE_MS, MINUTE_S, at
 from schemas.models import Alert, GpuMinute
 from schemas.types import AlertKind, AlertState, Scheduler, WorkloadClass, format_utc
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def at(ms: int) -> datetime:
-    return EPOCH + timedelta(milliseconds=ms)
+from streams.state import AllocState, Episode, IdleRun, IdleState
 
 
 @dataclass(frozen=True)
@@ -48,25 +42,25 @@ class IdleConfig:
 def is_idle_minute(row: GpuMinute, threshold: float) -> bool:
     return (
         row.allocation_id is not None
-        and row.allocated_s >= 60.0
+        and row.allocated_s >= MINUTE_S
         and not row.no_samples
-        and row.consumed_gpu_s < threshold * 60.0
+        and row.consumed_gpu_s < threshold * MINUTE_S
     )
 
 
 def observe(
-    state: dict[str, Any],
+    state: IdleState,
     node: str,
     minute_ms: int,
     rows: list[GpuMinute],
     *,
-    allocs: dict[str, dict[str, Any]],
+    allocs: dict[str, AllocState],
     cfg: IdleConfig,
 ) -> list[Alert]:
     """Feed one closed minute's rows; returns the alert records it produced."""
-    runs: dict[str, list[int]] = state.setdefault("runs", {})
-    episodes: dict[str, dict[str, Any]] = state.setdefault("episodes", {})
-    end = minute_ms + 60_000
+    runs = state.setdefault("runs", {})
+    episodes = state.setdefault("episodes", {})
+    end = minute_ms + MINUTE_MS
     seen: dict[str, bool] = {}
     for r in rows:
         if r.allocation_id is None:
@@ -77,7 +71,8 @@ def observe(
     out: list[Alert] = []
     for key in sorted(set(runs) | set(seen)):
         alloc_id, gpu = key.split("|", 1)
-        _, need = cfg.for_class(allocs.get(alloc_id, {}).get("cls"))
+        alloc = allocs.get(alloc_id)
+        _, need = cfg.for_class(alloc["cls"] if alloc is not None else None)
         if seen.get(key):
             run = runs.setdefault(key, [minute_ms, 0])
             run[1] += 1
@@ -89,28 +84,28 @@ def observe(
         run_ = runs.pop(key, None)
         if run_ is not None and run_[1] >= need and alloc_id in episodes:
             ep = episodes[alloc_id]
-            ep["done_s"] += run_[1] * 60
-            ep["end"] = max(ep["end"], run_[0] + run_[1] * 60_000)
+            ep["done_s"] += run_[1] * MINUTE_S
+            ep["end"] = max(ep["end"], run_[0] + run_[1] * MINUTE_MS)
     for alloc_id in sorted(episodes):
         ep = episodes[alloc_id]
         live = [r for k, r in runs.items() if k.split("|", 1)[0] == alloc_id and r[0] <= ep["end"]]
         if not live:
             out.append(_alert(ep, AlertState.RESOLVED, end, allocs, node, resolved=True))
             del episodes[alloc_id]
-        elif (end - ep["opened"]) // 60_000 % cfg.update_every == 0 and end > ep["opened"]:
+        elif (end - ep["opened"]) // MINUTE_MS % cfg.update_every == 0 and end > ep["opened"]:
             out.append(_alert(ep, AlertState.UPDATE, end, allocs, node, runs=runs))
     return out
 
 
 def _qualify(
-    episodes: dict[str, dict[str, Any]],
+    episodes: dict[str, Episode],
     alloc_id: str,
     gpu: str,
     *,
-    run: list[int],
+    run: IdleRun,
     end: int,
     node: str,
-    allocs: dict[str, dict[str, Any]],
+    allocs: dict[str, AllocState],
     out: list[Alert],
 ) -> None:
     ep = episodes.get(alloc_id)
@@ -136,19 +131,19 @@ def _qualify(
 
 
 def _alert(
-    ep: dict[str, Any],
+    ep: Episode,
     state: AlertState,
     time_ms: int,
-    allocs: dict[str, dict[str, Any]],
+    allocs: dict[str, AllocState],
     node: str,
     *,
-    runs: dict[str, list[int]] | None = None,
+    runs: dict[str, IdleRun] | None = None,
     resolved: bool = False,
 ) -> Alert:
     alloc_id = ep["alloc"]
-    meta = allocs.get(alloc_id, {})
+    meta = allocs.get(alloc_id)
     ongoing = sum(
-        r[1] * 60
+        r[1] * MINUTE_S
         for k, r in (runs or {}).items()
         if k.split("|", 1)[0] == alloc_id and k.split("|", 1)[1] in ep["gpus"]
     )
@@ -161,16 +156,18 @@ def _alert(
         time=at(time_ms),
         opened_at=at(ep["opened"]),
         resolved_at=at(ep["end"]) if resolved else None,
-        cluster=meta.get("cluster") or alloc_id.split("/")[1],
-        scheduler=Scheduler(meta.get("scheduler") or "slurm"),
+        # no meta: the allocation was forgotten while its episode was open (the id names
+        # the cluster)
+        cluster=meta["cluster"] if meta else alloc_id.split("/")[1],
+        scheduler=Scheduler(meta["scheduler"]) if meta else Scheduler.SLURM,
         allocation_id=alloc_id,
-        gang_id=meta.get("gang_id"),
-        owner=meta.get("owner"),
-        team=meta.get("team"),
-        workload_class=WorkloadClass(meta["cls"]) if meta.get("cls") else None,
+        gang_id=meta["gang_id"] if meta else None,
+        owner=meta["owner"] if meta else None,
+        team=meta["team"] if meta else None,
+        workload_class=WorkloadClass(meta["cls"]) if meta and meta["cls"] else None,
         nodes=(node,),
         gpus=tuple(ep["gpus"]),
-        idle_minutes=(ep["end"] - ep["start"]) // 60_000,
-        idle_gpu_hours=idle_s / 3600,
+        idle_minutes=(ep["end"] - ep["start"]) // MINUTE_MS,
+        idle_gpu_hours=idle_s / HOUR_S,
         message=f"{len(ep['gpus'])} GPU(s) idle since {format_utc(start)}",
     )

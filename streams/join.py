@@ -25,9 +25,10 @@ from typing import Any
 from gpugap.kafka.consume import DeadLetters, RawMessage
 from gpugap.kafka.publish import Publisher
 from schemas import NodeSample, Record, encode
+from schemas.clock import SECOND_MS, ms
 from schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
 from schemas.types import DeadLetterKind
-from streams.core import CoreConfig, ms
+from streams.core import CoreConfig
 from streams.process import Processor, Result
 
 log = logging.getLogger(__name__)
@@ -114,16 +115,18 @@ class Join:
         cfg = self.proc.cfg
         if cfg.max_future_ms is None and cfg.max_past_ms is None:
             return None
-        now = int(time.time() * 1000)
+        now = int(time.time() * SECOND_MS)
         if cfg.max_future_ms is not None and t > now + cfg.max_future_ms:
+            off_s, bound_s = (t - now) / SECOND_MS, cfg.max_future_ms / SECOND_MS
             return (
-                f"event time {(t - now) / 1000:,.0f} s ahead of this worker's clock (more than "
-                f"--max-future {cfg.max_future_ms / 1000:g} s): a producer's clock is wrong"
+                f"event time {off_s:,.0f} s ahead of this worker's clock (more than "
+                f"--max-future {bound_s:g} s): a producer's clock is wrong"
             )
         if cfg.max_past_ms is not None and t < now - cfg.max_past_ms:
+            off_s, bound_s = (now - t) / SECOND_MS, cfg.max_past_ms / SECOND_MS
             return (
-                f"event time {(now - t) / 1000:,.0f} s behind this worker's clock (more than "
-                f"--max-past {cfg.max_past_ms / 1000:g} s): replay or backfill with --backfill"
+                f"event time {off_s:,.0f} s behind this worker's clock (more than "
+                f"--max-past {bound_s:g} s): replay or backfill with --backfill"
             )
         return None
 

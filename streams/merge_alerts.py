@@ -10,10 +10,11 @@ join or report, and resolves when every node's episode has resolved. Its id is
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
+from schemas.clock import MINUTE_S, ms, parse_utc
 from schemas.models import Alert
 from schemas.types import AlertKind, AlertState, format_utc
+from streams.state import Merged
 
 
 def episode_start(alert: Alert) -> str:
@@ -21,8 +22,8 @@ def episode_start(alert: Alert) -> str:
 
 
 class AlertMerger:
-    def __init__(self, state: dict[str, Any] | None = None) -> None:
-        self.state: dict[str, Any] = state if state is not None else {}
+    def __init__(self, state: dict[str, Merged] | None = None) -> None:
+        self.state: dict[str, Merged] = state if state is not None else {}
 
     def feed(self, alert: Alert) -> list[Alert]:
         if alert.kind is not AlertKind.IDLE_GPU or alert.allocation_id is None:
@@ -48,12 +49,11 @@ class AlertMerger:
             state = AlertState.OPEN
         else:
             state = AlertState.UPDATE
-        n = m["nodes"].setdefault(node, {})
-        n.update(
-            gpus=list(alert.gpus),
-            idle_h=alert.idle_gpu_hours,
-            open=alert.state is not AlertState.RESOLVED,
-        )
+        m["nodes"][node] = {
+            "gpus": list(alert.gpus),
+            "idle_h": alert.idle_gpu_hours,
+            "open": alert.state is not AlertState.RESOLVED,
+        }
         m["start"] = min(m["start"], start)
         if alert.resolved_at is not None:
             m["end"] = max(m["end"], format_utc(alert.resolved_at))
@@ -71,8 +71,7 @@ class AlertMerger:
         out = []
         for aid in sorted(self.state):
             m = self.state[aid]
-            end = datetime.fromisoformat(m["end"].replace("Z", "+00:00"))
-            end_ms = int(end.timestamp() * 1000)
+            end_ms = ms(parse_utc(m["end"]))
             if m["pending"] and watermark_ms >= end_ms + need_ms.get(aid, 0):
                 out.append(self._resolve(aid, None))
         return out
@@ -84,18 +83,17 @@ class AlertMerger:
             last = last.model_copy(update={"time": time})
         return self._alert(last, m, AlertState.RESOLVED)
 
-    def _alert(self, a: Alert, m: dict[str, Any], state: AlertState) -> Alert:
+    def _alert(self, a: Alert, m: Merged, state: AlertState) -> Alert:
         nodes = m["nodes"]
         gpus = sorted({g for x in nodes.values() for g in x["gpus"]})
-        start = datetime.fromisoformat(m["start"].replace("Z", "+00:00"))
-        end = datetime.fromisoformat(m["end"].replace("Z", "+00:00"))
+        start, end = parse_utc(m["start"]), parse_utc(m["end"])
         resolved = state is AlertState.RESOLVED
-        minutes = int((end - start).total_seconds() // 60) if resolved else a.idle_minutes
+        minutes = int((end - start).total_seconds() // MINUTE_S) if resolved else a.idle_minutes
         return a.model_copy(
             update={
                 "alert_id": f"idle_gpu/{a.allocation_id}/{m['start']}",
                 "state": state,
-                "opened_at": datetime.fromisoformat(m["opened"].replace("Z", "+00:00")),
+                "opened_at": parse_utc(m["opened"]),
                 "resolved_at": end if resolved else None,
                 "nodes": tuple(sorted(nodes)),
                 "gpus": tuple(gpus),

@@ -4,11 +4,9 @@ streams/worker.py and the Faust app in streams/app.py) are thin adapters around 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from gpugap.classify import ClassRule
+from schemas.clock import MINUTE_MS, at, ms
 from schemas.models import (
     Alert,
     AllocationEvent,
@@ -18,8 +16,9 @@ from schemas.models import (
     SlurmJobEvent,
 )
 from streams.allocate import GangTracker, from_pod, from_slurm
-from streams.core import CoreConfig, NodeCore, Output, ms
+from streams.core import CoreConfig, NodeCore, Output
 from streams.merge_alerts import AlertMerger
+from streams.state import ProcessorState
 
 
 @dataclass
@@ -36,18 +35,14 @@ class Processor:
     def __init__(
         self,
         config: CoreConfig | None = None,
-        rules: Sequence[ClassRule] = (),
-        state: dict[str, Any] | None = None,
+        state: ProcessorState | None = None,
     ) -> None:
         self.cfg = config or CoreConfig()
-        self.rules = rules
         state = state or {"nodes": {}, "gangs": None, "max_ms": None, "merge": {}}
         self.state = state
         self.merger = AlertMerger(state.setdefault("merge", {}))
         self.cores = {k: NodeCore(v, self.cfg) for k, v in state["nodes"].items()}
-        self.gangs = GangTracker(
-            state["gangs"], lateness_ms=self.cfg.alert_lateness_ms, rules=rules
-        )
+        self.gangs = GangTracker(state["gangs"], lateness_ms=self.cfg.alert_lateness_ms)
         state["gangs"] = self.gangs.state
         #: nodes whose state changed since :meth:`changed` last handed them out
         self.dirty: set[str] = set()
@@ -84,9 +79,9 @@ class Processor:
             out.add(self.core(rec.cluster, rec.node).sample(rec))
             return out
         if isinstance(rec, SlurmJobEvent):
-            allocs = from_slurm(rec, self.rules)
+            allocs = from_slurm(rec)
         elif isinstance(rec, K8sPodEvent):
-            allocs = from_pod(rec, self.rules)
+            allocs = from_pod(rec)
             out.alerts += self.gangs.pod(rec)
         elif isinstance(rec, AllocationEvent):
             allocs = [rec]
@@ -105,8 +100,6 @@ class Processor:
         m = self.state["max_ms"]
         if m is None:
             return out
-        from streams.detect_idle import at
-
         t = at(m + extra_ms)
         t_ms = m + extra_ms
         for key in sorted(self.cores):
@@ -125,7 +118,7 @@ class Processor:
         need: dict[str, int] = {}
         for aid, m in self.merger.state.items():
             cls = m["last"].get("workload_class")
-            need[aid] = 0 if final else self.cfg.idle.for_class(cls)[1] * 60_000
+            need[aid] = 0 if final else self.cfg.idle.for_class(cls)[1] * MINUTE_MS
         return self.merger.tick(watermark_ms, need)
 
     def counts(self) -> dict[str, int]:
@@ -144,5 +137,5 @@ class Processor:
             s = c.state
             if s["max_ms"] is not None and s["closed_ms"] is not None:
                 # not past the latest event time: a flush moves node clocks beyond it
-                n += max(0, (min(s["max_ms"], seen) - s["closed_ms"]) // 60_000)
+                n += max(0, (min(s["max_ms"], seen) - s["closed_ms"]) // MINUTE_MS)
         return n

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
 
+from schemas.clock import MINUTE_MS, SECOND_MS, at
 from schemas.fast import trusted
 from schemas.models import GpuMinute
 from schemas.types import ActivityMetric, Scheduler, WorkloadClass
 from streams import window as W
-from streams.detect_idle import at
+from streams.state import AllocState, NodeState
 
-MINUTE = W.MINUTE_MS
 #: enum members by value (the state holds values)
-ENUMS: dict[str, Any] = {
+ENUMS: dict[str, StrEnum] = {
     **{e.value: e for e in ActivityMetric},
     **{f"s:{e.value}": e for e in Scheduler},
     **{f"c:{e.value}": e for e in WorkloadClass},
@@ -33,7 +33,7 @@ def placeholder_uuid(cluster: str, node: str, key: str) -> str:
     return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpugap:unknown/{cluster}/{node}/{key}"))
 
 
-def held(s: dict[str, Any], a: dict[str, Any]) -> list[str]:
+def held(s: NodeState, a: AllocState) -> list[str]:
     """The GPUs (uuids) allocation ``a`` holds on the node whose state is ``s``."""
     cluster, node = s["cluster"], s["node"]
     if a["uuids"]:
@@ -48,8 +48,8 @@ def held(s: dict[str, Any], a: dict[str, Any]) -> list[str]:
     return learned + fill
 
 
-def minute_rows(s: dict[str, Any], m0: int) -> list[GpuMinute]:
-    m1 = m0 + MINUTE
+def minute_rows(s: NodeState, m0: int) -> list[GpuMinute]:
+    m1 = m0 + MINUTE_MS
     spans: dict[str, list[tuple[str, int, int]]] = {}
     for aid, a in sorted(s["allocs"].items()):
         if a["start"] is None:
@@ -78,15 +78,15 @@ def minute_rows(s: dict[str, Any], m0: int) -> list[GpuMinute]:
 
 
 def row(
-    s: dict[str, Any],
+    s: NodeState,
     g: str,
     minute: datetime,
     u: W.Usage,
     *,
     span_ms: int,
-    a: dict[str, Any] | None,
+    a: AllocState | None,
 ) -> GpuMinute:
-    secs = span_ms / 1000
+    secs = span_ms / SECOND_MS
     avg = u.activity_avg
     return trusted(
         GpuMinute,
@@ -96,7 +96,7 @@ def row(
             "gpu_uuid": g,
             "minute": minute,
             "allocated_s": secs if a is not None else 0.0,
-            "consumed_gpu_s": min(u.consumed / 1000, secs),
+            "consumed_gpu_s": min(u.consumed / SECOND_MS, secs),
             "unallocated_s": 0.0 if a is not None else secs,
             "activity_avg": min(avg, 1.0) if avg is not None else None,
             "activity_max": u.activity_max,

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 #: one buffered sample of one GPU: [t_ms, dt_ms, activity, metric, memory_mib, power_w]
 Sample = list[float | int | str | None]
 
-MINUTE_MS = 60_000
-
 
 @dataclass(slots=True)
 class Usage:
@@ -32,19 +30,6 @@ class Usage:
     @property
     def activity_avg(self) -> float | None:
         return self.consumed / self.covered_ms if self.covered_ms else None
-
-
-def effective(samples: Sequence[Sample]) -> list[tuple[int, int, Sample]]:
-    """(start_ms, end_ms, sample) with overlapping intervals trimmed; samples sorted by t."""
-    out: list[tuple[int, int, Sample]] = []
-    prev: int | None = None
-    for s in samples:
-        t, dt = int(s[0] or 0), int(s[1] or 0)
-        start = t - dt if prev is None else max(t - dt, prev)
-        if t > start:
-            out.append((start, t, s))
-        prev = t
-    return out
 
 
 def usage(spans: Sequence[tuple[int, int]], eff: Sequence[tuple[int, int, Sample]]) -> Usage:
@@ -98,8 +83,9 @@ def complement(spans: Sequence[tuple[int, int]], lo: int, hi: int) -> list[tuple
 
 
 def effective_in(samples: Sequence[Sample], lo: int, hi: int) -> list[tuple[int, int, Sample]]:
-    """What :func:`effective` gives, restricted to the entries that overlap [lo, hi) (and
-    in the same order): only the samples from the last one at or before ``lo`` are read."""
+    """(start_ms, end_ms, sample) of the samples (sorted by t) that overlap [lo, hi), each
+    interval trimmed to begin no earlier than the previous sample's time. Only the samples
+    from the last one at or before ``lo`` on are read: the buffer holds minutes of them."""
     i = bisect_right(samples, lo, key=_time)  # the first sample ending after lo
     prev: int | None = int(samples[i - 1][0] or 0) if i > 0 else None
     out: list[tuple[int, int, Sample]] = []

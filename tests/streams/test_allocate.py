@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gpugap.classify import ClassRule
 from schemas.models import K8sPodEvent, NodeGpus, SlurmJobEvent
 from schemas.types import (
     AlertState,
@@ -62,10 +61,8 @@ def test_slurm_job_becomes_one_event_per_gpu_node() -> None:
     assert [(x.kind, x.time) for x in end] == [(LifecycleKind.END, T("11:00:00"))] * 2
 
 
-def test_slurm_class_from_salloc_and_from_rules() -> None:
+def test_slurm_class_from_salloc() -> None:
     assert from_slurm(job("start", interactive=True))[0].workload_class == "interactive"
-    rule = ClassRule(workload_class=WorkloadClass.SERVICE, partition="gp*")
-    assert from_slurm(job("start"), [rule])[0].workload_class == "service"
 
 
 def pod_ev(

@@ -1,0 +1,142 @@
+"""The checkpoint format holds still: a worker must restore what an earlier release wrote, and
+the same input must snapshot to the same bytes (the snapshot topic is compacted per key, and a
+changed encoding would rewrite every node).
+
+snapshot_golden.json is what the worker wrote for ``records()`` (one open idle episode, merged
+state, a partial gang, an orphaned end, ended allocations, learned pod GPUs). If the format
+changes on purpose, old checkpoints must still restore: keep that working, then write the
+file again with ``.venv/bin/python -m tests.streams.test_snapshot_format``.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+from gpugap.kafka.publish import Publisher
+from schemas import AllocationEvent, K8sPodEvent, NodeSample, Record, Topic
+from schemas.types import EventSource, PodEventKind, PodPhase
+from streams.core import CoreConfig
+from streams.detect_idle import IdleConfig
+from streams.join import Join
+from streams.process import Processor
+from tests.streams.helpers import T, pod, samples, slurm
+
+GOLDEN = Path(__file__).with_name("snapshot_golden.json")
+CFG = CoreConfig(idle=IdleConfig(minutes=3))
+CUT = "10:16:00"  # the snapshot is taken after the records up to here
+
+Item = NodeSample | AllocationEvent | K8sPodEvent
+
+
+def gang_pod(uid: str, hms: str) -> K8sPodEvent:
+    return K8sPodEvent(
+        event_id=f"k8s/kube/{uid}/bound",
+        kind=PodEventKind.BOUND,
+        time=T(hms),
+        source=EventSource.WATCH,
+        cluster="kube",
+        uid=uid,
+        namespace="ml",
+        name=f"w-{uid}",
+        node="k1",
+        phase=PodPhase.RUNNING,
+        gpus=2,
+        owner_kind="PyTorchJob",
+        owner_name="ddp",
+        owner="carol",
+        team="nlp",
+        gang_id="ml/ddp",
+        gang_size=3,
+    )
+
+
+def records() -> list[Item]:
+    recs: list[Item] = [
+        slurm("1", "start", "10:00:00", (0, 1)),
+        slurm("2", "start", "10:00:00", (3,)),
+        slurm("2", "end", "10:02:00", (3,)),
+        pod("u1", "start", "10:00:00"),
+        pod("u2", "end", "10:01:00", name="q"),  # no start ever
+        gang_pod("a", "10:00:00"),
+        gang_pod("b", "10:00:05"),
+    ]
+    acts = {0: 0.0, 1: 0.0, 2: 0.7, 3: 0.2}
+    recs += samples("10:00:10", "10:20:00", acts, attrib={2: ("ns", "p")})
+    return sorted(recs, key=lambda r: r.time)
+
+
+def up_to(cut: str) -> tuple[list[Item], list[Item]]:
+    recs = records()
+    n = sum(1 for r in recs if r.time <= T(cut))
+    return recs[:n], recs[n:]
+
+
+class Null(Publisher):
+    async def send(self, topic: Topic[Any], record: Record) -> None:
+        pass
+
+    async def send_encoded(
+        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
+        pass
+
+    async def flush(self) -> None:
+        pass
+
+
+def feed(proc: Processor, recs: list[Item]) -> list[str]:
+    """What the records make, as JSON lines (to compare runs)."""
+    out = []
+    for r in recs:
+        res = proc.handle(r)
+        res.add(proc.advance())
+        items = [*res.minutes, *res.alerts, *res.allocations, *(x.record for x in res.refused)]
+        out += [x.model_dump_json() for x in items]
+    return out
+
+
+def written(join: Join) -> dict[str, str]:
+    """Every snapshot record of ``join`` (all nodes, changed or not), decompressed."""
+    join._unstored |= set(join.proc.state["nodes"])  # as if no snapshot were stored yet
+    return {k.decode(): zlib.decompress(v).decode() for k, v in join.snapshot({"in:0": 7})}
+
+
+def snapshot_now() -> tuple[Join, dict[str, str]]:
+    join = Join(Null(), "", CFG)
+    before, _ = up_to(CUT)
+    feed(join.proc, before)
+    return join, written(join)
+
+
+def test_the_same_input_snapshots_to_the_same_bytes() -> None:
+    _, got = snapshot_now()
+    want = json.loads(GOLDEN.read_text())
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+        assert got[key] == value, key
+
+
+def test_a_checkpoint_written_before_restores_and_goes_on_alike() -> None:
+    want = json.loads(GOLDEN.read_text())
+    meta = json.loads(want["meta"])
+    assert meta["merge"] and meta["gangs"]["gangs"], "the fixture should hold merged and gangs"
+    node = json.loads(want["node:hpc/n1"])
+    assert node["idle"]["episodes"] and node["ended"] and node["attrib"] and node["allocs"]
+
+    restored = Join(Null(), "", CFG)
+    offsets = restored.restore({k.encode(): zlib.compress(v.encode()) for k, v in want.items()})
+    assert offsets == {"in:0": 7}
+    assert written(restored) == want  # restored as it was written, byte for byte
+
+    original, _ = snapshot_now()
+    _, after = up_to(CUT)
+    assert feed(restored.proc, after) == feed(original.proc, after)
+    assert written(restored) == written(original)
+
+
+if __name__ == "__main__":
+    GOLDEN.write_text(json.dumps(snapshot_now()[1], indent=1, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN}")
