@@ -225,7 +225,7 @@ def test_no_right_to_create_topics_is_one_warning(
 ) -> None:
     import aiokafka.admin
 
-    from gpugap import admin
+    from gpugap.kafka import admin
 
     monkeypatch.setattr(aiokafka.admin, "AIOKafkaAdminClient", _Denied)
     monkeypatch.setattr(admin, "_settled", set())
