@@ -206,8 +206,10 @@ def test_faust_worker_rebalanced_gives_the_same_totals_and_alerts(
     base = [*GPUGAP, "worker", "--engine", "faust", "--max-records", "50", "--backfill"]
     first_port, second_port = free_port(), free_port()
     # a worker waiting for inputs (the group's second, or one in a rebalance) is alive: with
-    # a 4 s limit its /healthz would say "stalled" if that wait counted as not polling
-    base += ["--healthz-stale", "4"]
+    # an 8 s limit its /healthz would say "stalled" by the last samples below (9-10 s after
+    # the join) if that wait counted as not polling. (4 s failed a clean-clone run on a busy
+    # machine: a starved 2-core box held one tick 4.6 s, a real stall, honestly reported.)
+    base += ["--healthz-stale", "8"]
     first = subprocess.Popen([*base, "--http", f"127.0.0.1:{first_port}"], env=env)
     second = None
     try:
