@@ -73,6 +73,15 @@ def _worker(args: argparse.Namespace) -> int:
     )
 
 
+def _alerts(args: argparse.Namespace) -> int:
+    """Idle alert latency to Alertmanager's API beside alerts.v1's, in the same run."""
+    from benchmarks.worker_latency import bench_latency
+
+    engine = args.engines.split(",")[0]
+    bench_latency(args.duration, args.live_nodes, engine, alertmanager=True)
+    return 0
+
+
 SUBJECTS: dict[str, Callable[[argparse.Namespace], int]] = {
     "codec": _kafka,
     "kafka": _kafka,
@@ -84,6 +93,7 @@ SUBJECTS: dict[str, Callable[[argparse.Namespace], int]] = {
     "nvml": _nvml,
     "dcgm": _dcgm,
     "worker": _worker,
+    "alerts": _alerts,
 }
 
 
@@ -99,12 +109,17 @@ def parser() -> argparse.ArgumentParser:
         "--clickhouse", metavar="URL", help="warehouse, report: an existing ClickHouse"
     )
     p.add_argument(
-        "--duration", type=float, default=300.0, help="worker: latency run, seconds (0 = none)"
+        "--duration",
+        type=float,
+        default=300.0,
+        help="worker, alerts: latency run, seconds (0 = none)",
     )
     p.add_argument(
-        "--live-nodes", type=int, default=200, help="worker latency: 8-GPU nodes every 10 s"
+        "--live-nodes", type=int, default=200, help="worker, alerts: 8-GPU nodes every 10 s"
     )
-    p.add_argument("--engines", default="faust,asyncio", help="worker: engines to measure")
+    p.add_argument(
+        "--engines", default="faust,asyncio", help="worker: engines to measure (alerts: the first)"
+    )
     p.add_argument("--profile", type=Path, metavar="DIR", help="worker: py-spy profiles into DIR")
     return p
 

@@ -57,6 +57,9 @@ class Seen:
     minutes: list[float] = field(default_factory=list)
     alerts_topic: list[float] = field(default_factory=list)
     alerts_table: list[float] = field(default_factory=list)
+    alerts_alertmanager: list[float] = field(default_factory=list)
+    #: alert_id -> opened_at (epoch s) of the idle alerts that opened during the live part
+    opened: dict[str, float] = field(default_factory=dict)
 
 
 def _uuid(node: int, gpu: int) -> str:
@@ -160,6 +163,7 @@ async def watch_alerts(kafka: KafkaSettings, since: float, seen: Seen, stop: asy
                     idle_open = a.kind is AlertKind.IDLE_GPU and a.state is AlertState.OPEN
                     if idle_open and opened >= since:
                         seen.alerts_topic.append(now - opened)
+                        seen.opened[a.alert_id] = opened
     finally:
         await c.stop()
 
@@ -204,6 +208,30 @@ async def watch_tables(
         client.close()
 
 
+async def watch_alertmanager(url: str, seen: Seen, stop: asyncio.Event) -> None:
+    """Poll Alertmanager's API every second: when each idle alert first shows as active."""
+    import json
+    import urllib.request
+
+    shown: set[str] = set()
+
+    def active() -> list[dict[str, object]]:
+        with urllib.request.urlopen(f"{url}/api/v2/alerts?active=true", timeout=5) as r:
+            out: list[dict[str, object]] = json.load(r)
+        return out
+
+    while not stop.is_set():
+        alerts = await asyncio.to_thread(active)
+        now = time.time()
+        for a in alerts:
+            labels = a.get("labels")
+            aid = labels.get("alert_id") if isinstance(labels, dict) else None
+            if isinstance(aid, str) and aid not in shown and aid in seen.opened:
+                shown.add(aid)
+                seen.alerts_alertmanager.append(now - seen.opened[aid])
+        await asyncio.sleep(1.0)
+
+
 def _row(label: str, xs: list[float]) -> str:
     if not xs:
         return f"{label:<36} {0:>7}      -        -        -"
@@ -212,13 +240,21 @@ def _row(label: str, xs: list[float]) -> str:
 
 
 async def _run(
-    kafka: KafkaSettings, ch: ClickHouseSettings, estate: Estate, live_start: float, end: float
+    kafka: KafkaSettings,
+    ch: ClickHouseSettings,
+    estate: Estate,
+    live_start: float,
+    end: float,
+    *,
+    alertmanager: str | None = None,
 ) -> Seen:
     seen, stop = Seen(), asyncio.Event()
     watchers = [
         asyncio.create_task(watch_alerts(kafka, live_start, seen, stop)),
         asyncio.create_task(watch_tables(ch, live_start, seen, stop)),
     ]
+    if alertmanager is not None:
+        watchers.append(asyncio.create_task(watch_alertmanager(alertmanager, seen, stop)))
     try:
         await produce(kafka, estate, live_start, end)
         await asyncio.sleep(5)  # the last due rows and alerts come through
@@ -228,7 +264,16 @@ async def _run(
     return seen
 
 
-def bench_latency(duration_s: float, nodes: int, engine: str, interval_s: int = 10) -> list[str]:
+def bench_latency(
+    duration_s: float,
+    nodes: int,
+    engine: str,
+    interval_s: int = 10,
+    *,
+    alertmanager: bool = False,
+) -> list[str]:
+    """``alertmanager``: also a real Alertmanager and ``gpugap notify alertmanager`` (from a
+    source checkout: built like the tests build it), and when each alert shows in its API."""
     from benchmarks.topics import create_topics
     from gpugap.services.clickhouse.process import EmbeddedClickHouse
     from gpugap.services.kafka import LocalKafka
@@ -239,6 +284,13 @@ def bench_latency(duration_s: float, nodes: int, engine: str, interval_s: int = 
         broker = LocalKafka.ephemeral(ServicesSettings(), Path(tmp))
         server = EmbeddedClickHouse(Path(tmp) / "clickhouse", free_port())
         procs: list[subprocess.Popen[bytes]] = []
+        am = None
+        if alertmanager:
+            from tests.alertmanager import Alertmanager, ensure_built
+
+            # nothing listens at the receiver: routing is not what is measured
+            am = Alertmanager(ensure_built(), f"http://127.0.0.1:{free_port()}/", Path(tmp) / "am")
+            am.start()
         broker.up()
         try:
             server.start()
@@ -257,17 +309,30 @@ def bench_latency(duration_s: float, nodes: int, engine: str, interval_s: int = 
                 "GPUGAP_LOG_LEVEL": "WARNING",
             }
             gpugap = [sys.executable, "-m", "gpugap"]
-            for name, cmd in (
+            parts = [
                 ("worker", ["worker", "--engine", engine, "--http", f"127.0.0.1:{free_port()}"]),
                 ("sink", ["sink", "clickhouse"]),
-            ):
+            ]
+            if am is not None:
+                env["GPUGAP_ALERTMANAGER_URLS"] = am.url
+                parts.append(("notify", ["notify", "alertmanager"]))
+            for name, cmd in parts:
                 with open(Path(tmp) / f"{name}.log", "wb") as log:
                     procs.append(subprocess.Popen([*gpugap, *cmd], env=env, stdout=log, stderr=log))
             time.sleep(5)  # both started (the worker catches up on the history anyway)
             live_start = time.time()
             estate = Estate(nodes, live_start, duration_s, interval_s)
-            seen = asyncio.run(_run(kafka, ch, estate, live_start, live_start + duration_s))
-            for name, p in zip(("worker", "sink"), procs, strict=True):
+            seen = asyncio.run(
+                _run(
+                    kafka,
+                    ch,
+                    estate,
+                    live_start,
+                    live_start + duration_s,
+                    alertmanager=am.url if am is not None else None,
+                )
+            )
+            for (name, _), p in zip(parts, procs, strict=True):
                 if p.poll() is not None:
                     text = (Path(tmp) / f"{name}.log").read_text(errors="replace")
                     raise RuntimeError(f"the {name} exited during the run:\n{text[-3000:]}")
@@ -282,6 +347,8 @@ def bench_latency(duration_s: float, nodes: int, engine: str, interval_s: int = 
                     p.wait()
             server.stop()
             broker.down()
+            if am is not None:
+                am.close()
     rate = nodes * 8 / interval_s
     lines = [
         f"latency at a fixed load: {nodes} nodes x 8 GPUs every {interval_s} s "
@@ -293,5 +360,7 @@ def bench_latency(duration_s: float, nodes: int, engine: str, interval_s: int = 
         _row("idle alert OPEN on alerts.v1", seen.alerts_topic),
         _row("idle alert OPEN queryable", seen.alerts_table),
     ]
+    if alertmanager:
+        lines.append(_row("idle alert active in Alertmanager", seen.alerts_alertmanager))
     print("\n".join(lines), flush=True)
     return lines

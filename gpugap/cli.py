@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gpugap import __version__
 from gpugap.plugin import LOCAL_MODULES, missing_extra, require
-from schemas.errors import FatalError, GpugapError
+from schemas.errors import ConfigError, FatalError, GpugapError
 
 if TYPE_CHECKING:
     from gpugap.settings import Settings
@@ -38,6 +38,14 @@ def _config_show(args: argparse.Namespace) -> int:
         cfg = plugin(name).config()
         if cfg is not None:
             data["producers"][name] = json.loads(cfg.model_dump_json())
+    from sinks import REGISTRY as SINKS
+    from sinks import plugin as sink_plugin
+
+    data["sinks"] = {}
+    for name in SINKS:  # the alert targets' (GPUGAP_SLACK_*...): secrets masked
+        cfg = sink_plugin(name).config()
+        if cfg is not None:
+            data["sinks"][name] = json.loads(cfg.model_dump_json())
     print(json.dumps(data, indent=2, default=str))
     return 0
 
@@ -140,6 +148,50 @@ def _sink(args: argparse.Namespace) -> int:
     return 0
 
 
+def _notify(args: argparse.Namespace) -> int:
+    import os
+
+    from sinks import plugin
+
+    names = args.names or [
+        n.strip() for n in os.environ.get("GPUGAP_NOTIFY_TARGETS", "").split(",") if n.strip()
+    ]
+    if not names:
+        raise ConfigError(
+            "name the alert targets: gpugap notify alertmanager slack ... "
+            "(or GPUGAP_NOTIFY_TARGETS=alertmanager,slack)"
+        )
+    specs = [plugin(n) for n in dict.fromkeys(names)]
+    if bad := [s.name for s in specs if s.kind != "notify"]:
+        raise ConfigError(f"not alert targets: {', '.join(bad)} (gpugap sink NAME runs a sink)")
+    built = [(spec, spec.config(), spec.load()) for spec in specs]
+    settings = _settings()
+    targets = [cls.from_settings(settings, cfg) for _, cfg, cls in built]
+    from gpugap.kafka.consume import DeadLetters
+    from gpugap.kafka.publish import KafkaPublisher
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: [t.stop.set() for t in targets])
+        prefix = settings.kafka.topic_prefix
+        async with KafkaPublisher(settings.kafka) as pub:
+            # one consumer group each: a slow or broken target never holds back another
+            await asyncio.gather(
+                *(
+                    t.run(
+                        settings.kafka,
+                        DeadLetters(pub, f"notify-{t.name}", prefix),
+                        group=f"gpugap-notify-{t.name}",
+                    )
+                    for t in targets
+                )
+            )
+
+    asyncio.run(run())
+    return 0
+
+
 def _produce(args: argparse.Namespace) -> int:
     from producers import plugin
 
@@ -165,12 +217,15 @@ def _plugin_commands(
     registry: dict[str, str],
     common: Callable[[argparse.ArgumentParser], None],
     fn: Callable[[argparse.Namespace], int],
+    kind: str,
 ) -> None:
-    """One subcommand per registered plugin, with the common flags and the plugin's own."""
+    """One subcommand per registered plugin of ``kind``, with the common flags and its own."""
     from gpugap.plugin import lookup
 
     for name in registry:
         spec = lookup(registry, name, "part")
+        if spec.kind != kind:
+            continue
         sp = sub.add_parser(name, help=spec.help, description=f"{spec.help} (extra: {spec.extra})")
         sp.set_defaults(func=fn, name=name)
         common(sp)
@@ -239,12 +294,30 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub = db.add_subparsers(dest="action", required=True, metavar="ACTION")
     cmd("migrate", _db_migrate, "apply the SQL migrations not applied yet (idempotent)", db_sub)
 
+    from gpugap.plugin import lookup
     from producers import REGISTRY as PRODUCERS
     from sinks import REGISTRY as SINKS
 
     sink = sub.add_parser("sink", help="run a sink: Kafka topics into a store")
     _plugin_commands(
-        sink.add_subparsers(dest="name", required=True, metavar="NAME"), SINKS, _sink_options, _sink
+        sink.add_subparsers(dest="name", required=True, metavar="NAME"),
+        SINKS,
+        _sink_options,
+        _sink,
+        "sink",
+    )
+    notify = cmd(
+        "notify",
+        _notify,
+        "deliver idle-GPU and partial-gang alerts to people: Alertmanager, Slack, webhooks, "
+        "email (each target configured by its GPUGAP_<TARGET>_* settings)",
+    )
+    targets = [n for n in SINKS if lookup(SINKS, n, "sink").kind == "notify"]
+    notify.add_argument(
+        "names",
+        nargs="*",
+        metavar="TARGET",
+        help=f"one or more of: {', '.join(targets)} (default: GPUGAP_NOTIFY_TARGETS)",
     )
     prod = sub.add_parser("produce", help="run a producer (publish to Kafka, or --out JSONL)")
     _plugin_commands(
@@ -252,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         PRODUCERS,
         _produce_options,
         _produce,
+        "produce",
     )
 
     from gpugap.cli_sim import register as register_sim  # simulate, record, replay

@@ -40,6 +40,14 @@ def register(sub: Any, cmd: Any) -> None:
     d.add_argument(
         "--engine", choices=["faust", "asyncio"], default="faust", help="the worker's engine"
     )
+    d.add_argument(
+        "--notify",
+        action="append",
+        metavar="TARGET",
+        default=[],
+        help="also deliver the alerts: console (print them here), or alertmanager, slack, "
+        "webhook, email configured by their GPUGAP_<TARGET>_* settings (repeat)",
+    )
 
 
 def _demo_cmd(args: Any) -> int:
@@ -63,5 +71,6 @@ def _demo_cmd(args: Any) -> int:
             save_report=Path(args.save_report) if args.save_report else None,
             data_dir=Path(args.data_dir) if args.data_dir else None,
             engine=args.engine,
+            notify=tuple(args.notify),
         )
     )

@@ -45,6 +45,7 @@ class DemoOptions:
     save_report: Path | None = None
     data_dir: Path | None = None
     engine: str = "faust"
+    notify: tuple[str, ...] = ()  # alert targets for a `gpugap notify` beside the worker
 
 
 @dataclass
@@ -139,14 +140,12 @@ class Demo:
             self._spawn("simulate", sim, env)
             if self.procs["simulate"].wait() != 0:
                 raise ServiceError("the simulator failed: see the lines above")
-            self._spawn("worker", worker, quiet)
-            self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], quiet)
+            self._pipeline(worker, quiet, env)
             self._say("worker and sink started: processing the scenario")
         else:
             lateness = max(120.0, 2.0 * speed)  # event time: ~2 wall seconds at this speed
             worker += ["--lateness", str(lateness), "--alert-lateness", str(lateness / 4)]
-            self._spawn("worker", worker, quiet)
-            self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], quiet)
+            self._pipeline(worker, quiet, env)
             self._say(f"replaying scenario {self.opts.scenario!r} live at {speed:,.0f}x")
             self._spawn("simulate", sim, env)
         self._progress(ch, metrics, until_done=True)
@@ -274,8 +273,17 @@ class Demo:
                 self._say(f"running for {left:.0f} s more (--duration); Ctrl-C stops earlier")
                 time.sleep(left)
 
+    def _pipeline(self, worker: list[str], quiet: dict[str, str], env: dict[str, str]) -> None:
+        """The worker, the sink and, with ``--notify``, the alert targets as a newcomer would
+        run them (their own process; ``console`` prints each alert opened and resolved)."""
+        self._spawn("worker", worker, quiet)
+        self._spawn("sink", [*GPUGAP, "sink", "clickhouse"], quiet)
+        if self.opts.notify:
+            self._spawn("notify", [*GPUGAP, "notify", *self.opts.notify], env)
+            self._say(f"notifying: {', '.join(self.opts.notify)}")
+
     def stop(self) -> None:
-        for name in ("simulate", "worker", "sink", "clickhouse"):
+        for name in ("simulate", "worker", "notify", "sink", "clickhouse"):
             p = self.procs.get(name)
             if p is None or p.poll() is not None:
                 continue

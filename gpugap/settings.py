@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import ssl
 
 
-def _read_secret(value: SecretStr | None, file: Path | None, what: str) -> SecretStr | None:
+def read_secret(value: SecretStr | None, file: Path | None, what: str) -> SecretStr | None:
     if value is not None or file is None:
         return value
     try:
@@ -82,9 +82,9 @@ class KafkaSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _secret_file(self) -> Self:
-        pw = _read_secret(self.sasl_password, self.sasl_password_file, "the Kafka SASL password")
+        pw = read_secret(self.sasl_password, self.sasl_password_file, "the Kafka SASL password")
         object.__setattr__(self, "sasl_password", pw)
-        key_pw = _read_secret(
+        key_pw = read_secret(
             self.ssl_key_password, self.ssl_key_password_file, "the Kafka TLS key password"
         )
         object.__setattr__(self, "ssl_key_password", key_pw)
@@ -192,7 +192,7 @@ class ClickHouseSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _secret_file(self) -> Self:
-        pw = _read_secret(self.password, self.password_file, "the ClickHouse password")
+        pw = read_secret(self.password, self.password_file, "the ClickHouse password")
         object.__setattr__(self, "password", pw)
         return self
 

@@ -3,6 +3,7 @@
 from schemas.codec import decode, encode
 from schemas.models import (
     Alert,
+    AlertDelivery,
     AllocationEvent,
     Attribution,
     DeadLetter,
@@ -21,6 +22,7 @@ from schemas.types import format_utc, to_utc, utc_now
 __all__ = [
     "TOPICS",
     "Alert",
+    "AlertDelivery",
     "AllocationEvent",
     "Attribution",
     "DeadLetter",

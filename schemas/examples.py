@@ -11,6 +11,7 @@ from typing import Any
 from schemas.clock import DAY_S
 from schemas.models import (
     Alert,
+    AlertDelivery,
     AllocationEvent,
     Attribution,
     DeadLetter,
@@ -78,6 +79,21 @@ def one_of_each() -> dict[str, Record]:
     t = START + timedelta(hours=1)
     g0, g1 = gpu_uuid("node001", 0), gpu_uuid("node001", 1)
     common: dict[str, Any] = {"cluster": "prod"}
+    alert = Alert(
+        alert_id="idle_gpu/slurm/prod/4242/1",
+        kind="idle_gpu",
+        state="open",
+        time=t,
+        opened_at=t - timedelta(minutes=30),
+        **common,
+        scheduler="slurm",
+        allocation_id="slurm/prod/4242",
+        owner="alice",
+        gpus=(g0,),
+        idle_minutes=30,
+        idle_gpu_hours=0.5,
+        message="2 GPUs idle for 30 min",
+    )
     return {
         "gpu.samples.v1": NodeSample(
             **common,
@@ -174,20 +190,15 @@ def one_of_each() -> dict[str, Record]:
             owner="alice",
             team="vision",
         ),
-        "alerts.v1": Alert(
-            alert_id="idle_gpu/slurm/prod/4242/1",
-            kind="idle_gpu",
+        "alerts.v1": alert,
+        "alerts.deliveries.v1": AlertDelivery(
+            alert_id=alert.alert_id,
             state="open",
+            target="slack",
             time=t,
-            opened_at=t - timedelta(minutes=30),
-            **common,
-            scheduler="slurm",
-            allocation_id="slurm/prod/4242",
-            owner="alice",
-            gpus=(g0,),
-            idle_minutes=30,
-            idle_gpu_hours=0.5,
-            message="2 GPUs idle for 30 min",
+            outcome="delivered",
+            code=200,
+            alert=alert,
         ),
         "dead-letter.v1": DeadLetter(
             time=t,

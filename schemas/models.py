@@ -24,6 +24,7 @@ from schemas.types import (
     AlertKind,
     AlertState,
     DeadLetterKind,
+    DeliveryOutcome,
     EventId,
     EventSource,
     GpuUuid,
@@ -335,6 +336,21 @@ class Alert(Record):
     pending_pods: NonNegInt | None = None
     running_pods: NonNegInt | None = None
     message: Text = ""
+
+
+class AlertDelivery(Record):
+    """One alert state sent to one notification target: the audit trail, and the ledger a
+    restarted notifier reads so that nothing is sent twice to a direct target."""
+
+    alert_id: EventId
+    state: AlertState
+    target: Name = Field(description="the notifier's name: alertmanager, slack, webhook, email")
+    time: UtcTime = Field(description="when the target answered")
+    outcome: DeliveryOutcome
+    code: int | None = Field(default=None, ge=0, le=999, description="HTTP status, SMTP reply")
+    detail: Text = ""
+    attempts: int = Field(default=1, ge=1)
+    alert: Alert = Field(description="what was sent (a restarted notifier re-sends open ones)")
 
 
 class DeadLetter(Record):

@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 from schemas.errors import UnknownTopic
 from schemas.models import (
     Alert,
+    AlertDelivery,
     AllocationEvent,
     DeadLetter,
     GpuMinute,
@@ -86,6 +87,14 @@ ALERTS: Topic[Alert] = Topic(
     lambda r: r.alert_id,
     "Idle-GPU and partial-gang alerts: open, update, resolved.",
 )
+DELIVERIES: Topic[AlertDelivery] = Topic(
+    "alerts.deliveries.v1",
+    AlertDelivery,
+    "target/alert_id",
+    "alert",
+    lambda r: f"{r.target}/{r.alert_id}",
+    "Alert notifications sent to Alertmanager, Slack, webhooks or email, with the outcome.",
+)
 DEAD_LETTER: Topic[DeadLetter] = Topic(
     "dead-letter.v1",
     DeadLetter,
@@ -96,7 +105,8 @@ DEAD_LETTER: Topic[DeadLetter] = Topic(
 )
 
 TOPICS: dict[str, Topic[Any]] = {
-    t.name: t for t in (SAMPLES, SLURM_JOBS, K8S_PODS, ALLOCATIONS, MINUTES, ALERTS, DEAD_LETTER)
+    t.name: t
+    for t in (SAMPLES, SLURM_JOBS, K8S_PODS, ALLOCATIONS, MINUTES, ALERTS, DELIVERIES, DEAD_LETTER)
 }
 
 

@@ -167,6 +167,13 @@ class AlertState(StrEnum):
     RESOLVED = "resolved"
 
 
+class DeliveryOutcome(StrEnum):
+    """What became of one alert state sent to one notification target."""
+
+    DELIVERED = "delivered"  # the target acknowledged it (2xx, SMTP 250)
+    REFUSED = "refused"  # the target refused it for good (4xx, a bad address): dead-lettered
+
+
 class DeadLetterKind(StrEnum):
     MALFORMED = "malformed"  # not JSON
     SCHEMA = "schema"  # JSON that breaks the topic's schema

@@ -12,6 +12,12 @@ if TYPE_CHECKING:
 #: name -> "module:PLUGIN"
 REGISTRY: dict[str, str] = {
     "clickhouse": "sinks.clickhouse.plugin:PLUGIN",
+    # alert targets (``gpugap notify NAME...``): sinks of alerts.v1 on sinks/alerting.py
+    "alertmanager": "sinks.alertmanager.plugin:PLUGIN",
+    "slack": "sinks.slack.plugin:PLUGIN",
+    "webhook": "sinks.webhook.plugin:PLUGIN",
+    "email": "sinks.email.plugin:PLUGIN",
+    "console": "sinks.console.plugin:PLUGIN",
 }
 
 

@@ -9,15 +9,17 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gpugap.kafka.admin import prepare
 from gpugap.kafka.publish import Publisher
 from gpugap.settings import KafkaSettings
-from schemas import DeadLetter, Record, by_name, decode, utc_now
-from schemas.errors import InvalidRecord
+from schemas import DeadLetter, Record, Topic, by_name, decode, utc_now
+from schemas.errors import InvalidRecord, RetriableError
 from schemas.topics import DEAD_LETTER
 from schemas.types import DeadLetterKind
+
+M = TypeVar("M", bound=Record)
 
 log = logging.getLogger(__name__)
 
@@ -153,3 +155,52 @@ async def consume(
             await consumer.commit()
     finally:
         await consumer.stop()
+
+
+async def read_topic(
+    settings: KafkaSettings, topic: Topic[M], *, timeout_s: float = 60.0
+) -> list[M]:
+    """Every record ``topic`` holds now, from the beginning of each partition to its end
+    (no consumer group, nothing committed): a log read back as state at start-up. A record
+    that does not decode is skipped (gpugap wrote the topic; a foreign record is not state);
+    a topic not read to its end in ``timeout_s`` is a RetriableError."""
+    from aiokafka import AIOKafkaConsumer
+
+    name = settings.topic_prefix + topic.name
+    await prepare(settings, [name], None)
+    # subscribed without a group: every partition is assigned once the metadata is in
+    consumer = AIOKafkaConsumer(
+        name,
+        **settings.client_options(),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        metadata_max_age_ms=2000,
+    )
+    await consumer.start()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    out: list[M] = []
+    try:
+        while not (parts := sorted(consumer.assignment())):
+            if loop.time() > deadline:
+                raise RetriableError(f"{name}: no partitions assigned within {timeout_s:.0f}s")
+            await asyncio.sleep(0.05)
+        await consumer.seek_to_beginning(*parts)
+        end = await consumer.end_offsets(parts)
+        left = {tp for tp in parts if end[tp] > 0}
+        while left:
+            if loop.time() > deadline:
+                raise RetriableError(f"{name}: not read to its end within {timeout_s:.0f}s")
+            batches = await consumer.getmany(*left, timeout_ms=500)
+            for messages in batches.values():
+                for m in messages:
+                    try:
+                        out.append(decode(topic, m.value))
+                    except InvalidRecord:
+                        continue
+            for tp in list(left):
+                if await consumer.position(tp) >= end[tp]:
+                    left.discard(tp)
+    finally:
+        await consumer.stop()
+    return out

@@ -16,9 +16,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpugap.settings import ClickHouseSettings, Settings
-from schemas import Alert, DeadLetter, GpuMinute, K8sPodEvent, Record, SlurmJobEvent
+from schemas import (
+    Alert,
+    AlertDelivery,
+    DeadLetter,
+    GpuMinute,
+    K8sPodEvent,
+    Record,
+    SlurmJobEvent,
+)
 from schemas.errors import RetriableError
-from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
+from schemas.topics import ALERTS, DEAD_LETTER, DELIVERIES, K8S_PODS, MINUTES, SLURM_JOBS
 from schemas.types import LifecycleKind, PodEventKind, WorkloadClass
 from sinks.base import BatchingSink, Rejected
 from sinks.clickhouse.warehouse import as_gpugap_error, connect
@@ -90,6 +98,21 @@ ALERT_COLUMNS = [
     "pending_pods",
     "running_pods",
     "message",
+]
+DELIVERY_COLUMNS = [
+    "alert_id",
+    "state",
+    "target",
+    "time",
+    "outcome",
+    "code",
+    "detail",
+    "attempts",
+    "kind",
+    "cluster",
+    "allocation_id",
+    "owner",
+    "team",
 ]
 DEAD_LETTER_COLUMNS = [
     "time",
@@ -259,6 +282,25 @@ def alert_row(a: Alert) -> list[Any]:
     ]
 
 
+def delivery_row(d: AlertDelivery) -> list[Any]:
+    a = d.alert
+    return [
+        d.alert_id,
+        d.state.value,
+        d.target,
+        d.time,
+        d.outcome.value,
+        d.code,
+        d.detail,
+        d.attempts,
+        a.kind.value,
+        a.cluster,
+        a.allocation_id or a.gang_id or "",
+        a.owner or "",
+        a.team or "",
+    ]
+
+
 def dead_letter_row(d: DeadLetter) -> list[Any]:
     return [
         d.time,
@@ -275,7 +317,7 @@ def dead_letter_row(d: DeadLetter) -> list[Any]:
 
 class ClickHouseSink(BatchingSink):
     name = "clickhouse"
-    topics = (MINUTES, SLURM_JOBS, K8S_PODS, ALERTS, DEAD_LETTER)
+    topics = (MINUTES, SLURM_JOBS, K8S_PODS, ALERTS, DELIVERIES, DEAD_LETTER)
 
     def __init__(
         self,
@@ -342,12 +384,15 @@ class ClickHouseSink(BatchingSink):
                 rows["allocations"].append(pod_row(r))
             elif isinstance(r, Alert):
                 rows["alerts"].append(alert_row(r))
+            elif isinstance(r, AlertDelivery):
+                rows["alert_deliveries"].append(delivery_row(r))
             elif isinstance(r, DeadLetter):
                 rows["dead_letters"].append(dead_letter_row(r))
         columns = {
             "gpu_minutes": MINUTE_COLUMNS,
             "allocations": ALLOCATION_COLUMNS,
             "alerts": ALERT_COLUMNS,
+            "alert_deliveries": DELIVERY_COLUMNS,
             "dead_letters": DEAD_LETTER_COLUMNS,
         }
         for table, table_rows in rows.items():

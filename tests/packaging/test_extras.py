@@ -90,6 +90,7 @@ def test_the_console_script_runs_the_agent_help(nvml_venv: Path) -> None:
         (["worker"], "worker", "faust-streaming"),
         (["clickhouse", "serve"], "local", "chdb"),
         (["report"], "clickhouse", "clickhouse-connect"),
+        (["notify", "slack"], "notify", "aiohttp"),
     ],
 )
 def test_a_missing_extra_is_one_line_naming_it(

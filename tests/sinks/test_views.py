@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpugap.settings import ClickHouseSettings
-from schemas import Alert, GpuMinute, NodeGpus, Record, SlurmJobEvent
+from schemas import Alert, AlertDelivery, GpuMinute, NodeGpus, Record, SlurmJobEvent
 from schemas.examples import gpu_uuid
 from sinks.clickhouse.sink import ClickHouseSink
 from sinks.clickhouse.warehouse import connect
@@ -214,5 +214,55 @@ def test_the_idle_policy_the_sink_writes_is_the_one_rollups_and_v_idle_now_use(
             "SELECT allocation_id, idle_gpu_h FROM v_capacity_gap_daily ORDER BY allocation_id"
         ).result_rows
         assert gap == [("slurm/c/1", 4.0), ("slurm/c/2", 2.0)]
+    finally:
+        c.close()
+
+
+def test_deliveries_are_the_audit_trail_per_alert_and_target(
+    clickhouse: ClickHouseSettings,
+) -> None:
+    """alerts.deliveries.v1 -> alert_deliveries; v_alert_deliveries says when each target was
+    told of the open and the resolve, and what a refusing target answered. A re-delivered
+    record (the same row twice) counts once."""
+    opened, resolved = alert("d1", "open", 10), alert("d1", "resolved", 30)
+
+    def sent(a: Alert, target: str, outcome: str, m: int, code: int, *, detail: str = "") -> Record:
+        return AlertDelivery(
+            alert_id=a.alert_id, state=a.state, target=target, outcome=outcome, code=code,
+            time=T0 + timedelta(minutes=m, seconds=2), detail=detail, alert=a,
+        )
+
+    rows = [
+        sent(opened, "slack", "delivered", 10, 200),
+        sent(opened, "slack", "delivered", 10, 200),  # Kafka delivered it again
+        sent(resolved, "slack", "delivered", 30, 200),
+        sent(opened, "email", "refused", 10, 550, detail="mailbox unavailable"),
+    ]
+
+    async def store() -> None:
+        sink = ClickHouseSink(clickhouse)
+        await sink.start()
+        await sink.write(rows)
+        await sink.close()
+
+    asyncio.run(store())
+    c = connect(clickhouse)
+    try:
+        got = c.query(
+            "SELECT target, open_delivered_at, resolve_delivered_at, refused, last_outcome,"
+            " last_code, last_detail, allocation_id FROM v_alert_deliveries"
+            " WHERE alert_id = 'd1' ORDER BY target"
+        ).result_rows
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        assert [(r[0], r[3], r[4], r[5], r[6], r[7]) for r in got] == [
+            ("email", 1, "refused", 550, "mailbox unavailable", "slurm/c/2"),
+            ("slack", 0, "delivered", 200, "", "slurm/c/2"),
+        ]
+        email, slack = got
+        assert slack[1].replace(tzinfo=UTC) == T0 + timedelta(minutes=10, seconds=2)
+        assert slack[2].replace(tzinfo=UTC) == T0 + timedelta(minutes=30, seconds=2)
+        assert email[1].replace(tzinfo=UTC) == epoch  # never delivered: minIf's default
+        count = c.query("SELECT count() FROM alert_deliveries FINAL WHERE alert_id = 'd1'")
+        assert count.result_rows == [(3,)]
     finally:
         c.close()

@@ -1,0 +1,1 @@
+"""Prometheus Alertmanager as an alert target: ``gpugap notify alertmanager``."""

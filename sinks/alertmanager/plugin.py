@@ -1,0 +1,16 @@
+"""``gpugap notify alertmanager``: declared here, built from ``sinks.REGISTRY``."""
+
+from gpugap.plugin import Plugin
+
+from .settings import AlertmanagerSettings
+
+PLUGIN = Plugin(
+    name="alertmanager",
+    help="idle-GPU and partial-gang alerts to Prometheus Alertmanager (API v2), resolved "
+    "when they end",
+    extra="notify",
+    target="sinks.alertmanager.target:AlertmanagerTarget",
+    settings=AlertmanagerSettings,
+    requires=("aiohttp",),
+    kind="notify",
+)

@@ -1,0 +1,1 @@
+"""Email (SMTP) as an alert target: ``gpugap notify email``."""

@@ -1,0 +1,15 @@
+"""``gpugap notify email``: declared here, built from ``sinks.REGISTRY``."""
+
+from gpugap.plugin import Plugin
+
+from .settings import EmailSettings
+
+PLUGIN = Plugin(
+    name="email",
+    help="a mail per alert opened and resolved (SMTP with STARTTLS and AUTH), to a list "
+    "and to the owner",
+    extra="all",  # the standard library's smtplib
+    target="sinks.email.target:EmailTarget",
+    settings=EmailSettings,
+    kind="notify",
+)

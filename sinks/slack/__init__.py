@@ -1,0 +1,1 @@
+"""Slack-compatible incoming webhooks as an alert target: ``gpugap notify slack``."""

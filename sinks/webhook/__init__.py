@@ -1,0 +1,1 @@
+"""A generic signed webhook as an alert target: ``gpugap notify webhook``."""
