@@ -23,14 +23,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiohttp
-
 from gpugap.settings import KafkaSettings
 from schemas import Alert
 from schemas.errors import ConfigError
-from sinks.alerting import AlertTarget
+from sinks.http import HttpTarget, http_url, post
 from sinks.message import check_template, describe, mrkdwn
-from sinks.webhook.target import http_url, open_session, post
 
 from .settings import SlackSettings
 
@@ -77,7 +74,7 @@ def payload(alert: Alert, evidence_url: str | None = None) -> dict[str, Any]:
     }
 
 
-class SlackTarget(AlertTarget):
+class SlackTarget(HttpTarget):
     """Each alert's open and resolve as a Block Kit message (the module's documentation)."""
 
     name = "slack"
@@ -93,24 +90,10 @@ class SlackTarget(AlertTarget):
         check_template(config.evidence_url, "GPUGAP_SLACK_EVIDENCE_URL")
         super().__init__(config, kafka, **batching)
         self.settings = config
-        self._http: aiohttp.ClientSession | None = None
+        self.timeout_s = config.timeout_s
 
     def __repr__(self) -> str:
         return f"SlackTarget({WHAT})"
-
-    async def start(self) -> None:
-        await super().start()  # the ledger first
-        await self.open()
-
-    async def open(self) -> None:
-        """Open the HTTP session ``send`` uses (``start`` does, after reading the ledger)."""
-        if self._http is None:
-            self._http = open_session(self.settings.timeout_s)
-
-    async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
 
     async def send(self, alert: Alert) -> int | None:
         assert self._http is not None, "start() opens the HTTP session"
