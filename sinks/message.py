@@ -229,7 +229,11 @@ def how_long(alert: Alert) -> str:
         same_day = end.date() == alert.opened_at.date()
         until = end.strftime("%H:%M UTC") if same_day else when(end)
         start = alert.opened_at.strftime("%Y-%m-%d %H:%M")
-        return f"{duration(end - alert.opened_at)}, opened {start} → resolved {until}"
+        span = f"opened {start} → resolved {until}"
+        if alert.kind is AlertKind.IDLE_GPU and alert.idle_minutes:
+            # the alert opens after the idle minutes: its own span understates the waste
+            return f"idle for {duration(timedelta(minutes=alert.idle_minutes))}; alert {span}"
+        return f"{duration(end - alert.opened_at)}, {span}"
     if alert.kind is AlertKind.IDLE_GPU and alert.idle_minutes:
         return f"idle for {duration(timedelta(minutes=alert.idle_minutes))}, since " + when(
             alert.time - timedelta(minutes=alert.idle_minutes)

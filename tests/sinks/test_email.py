@@ -152,7 +152,7 @@ def test_starttls_auth_subject_to_and_threading(pki: Pki) -> None:
     assert r["Subject"] == "Resolved: GPUs idle: alice on prod"
     assert r["In-Reply-To"] == m["Message-ID"] and r["References"] == m["Message-ID"]
     assert r["Message-ID"] != m["Message-ID"]
-    assert "45 min, opened 2026-11-01 00:30 → resolved 01:15 UTC" in r.get_content()
+    assert "idle for 30 min; alert opened 2026-11-01 00:30 → resolved 01:15 UTC" in r.get_content()
 
 
 def test_implicit_tls_and_a_hostile_owner(pki: Pki) -> None:

@@ -102,7 +102,8 @@ def test_block_kit_shape_and_limits() -> None:
     assert any("3 of 8 pods pending, 5 running (gang train-7)" in t for t in texts(p))
     done = payload(idle_alert(A, "resolved"))
     assert done["blocks"][0]["text"]["text"] == "Resolved: GPUs idle: alice on prod"
-    assert "*How long*\n45 min, opened 2026-11-01 00:30 → resolved 01:15 UTC" in texts(done)
+    span = "idle for 30 min; alert opened 2026-11-01 00:30 → resolved 01:15 UTC"
+    assert f"*How long*\n{span}" in texts(done)
 
 
 def test_hostile_names_are_shown_never_obeyed() -> None:
