@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from schemas.errors import ConfigError
-from schemas.types import WorkloadClass
+from schemas.types import Scheduler, WorkloadClass
 
 if TYPE_CHECKING:
     import ssl
@@ -244,6 +244,29 @@ def optional_path(value: object) -> object:
 
 
 
+class IdleExemption(BaseModel):
+    """Allocations whose idle GPUs open no alert (``GPUGAP_IDLE_EXEMPT``, a JSON list): every
+    field given must match, shell-style patterns (``dev-*``); with ``younger_than_minutes``
+    only while the allocation is younger than that."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: str | None = None
+    scheduler: Scheduler | None = None
+    workload_class: WorkloadClass | None = None
+    namespace: str | None = None
+    owner: str | None = None
+    team: str | None = None
+    name: str | None = None
+    younger_than_minutes: int | None = Field(default=None, ge=1, le=7 * 1440)
+
+    @model_validator(mode="after")
+    def _something(self) -> Self:
+        if not any(v is not None for v in self.model_dump().values()):
+            raise ValueError("an exemption with no field would exempt every allocation")
+        return self
+
+
 class IdleSettings(BaseSettings):
     """``GPUGAP_IDLE_*``: the idle policy, one source for the stream's alerts, the warehouse's
     rollups and ``v_idle_now`` (the sink writes it into ``idle_policy``)."""
@@ -259,6 +282,13 @@ class IdleSettings(BaseSettings):
     )
     class_minutes: dict[WorkloadClass, Annotated[int, Field(ge=1, le=1440)]] = Field(
         default_factory=dict, description='per class, JSON: {"interactive": 60}'
+    )
+    exempt: list[IdleExemption] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="allocations that open no idle alert, JSON: "
+        '[{"workload_class": "interactive", "younger_than_minutes": 30}, '
+        '{"namespace": "debug-*"}]',
     )
 
     def policy(self) -> dict[str, tuple[float, int]]:
@@ -299,6 +329,7 @@ def load() -> Settings:
         "kafka": KafkaSettings,
         "clickhouse": ClickHouseSettings,
         "services": ServicesSettings,
+        "idle": IdleSettings,
     }
     for field, cls in components.items():
         try:

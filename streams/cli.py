@@ -174,7 +174,7 @@ def idle_config(idle: Any, threshold: float | None = None, minutes: int | None =
     """The stream's IdleConfig from the idle settings (IdleSettings), with the flags' overrides
     of the defaults (per-class values stay as configured)."""
     from schemas.errors import ConfigError
-    from streams.detect_idle import IdleConfig
+    from streams.detect_idle import Exemption, IdleConfig
 
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"--idle-threshold must be between 0 and 1, got {threshold}")
@@ -185,6 +185,7 @@ def idle_config(idle: Any, threshold: float | None = None, minutes: int | None =
         minutes=idle.minutes if minutes is None else minutes,
         per_class_threshold={k.value: v for k, v in idle.class_thresholds.items()},
         per_class_minutes={k.value: v for k, v in idle.class_minutes.items()},
+        exempt=tuple(Exemption(**e.model_dump(mode="json")) for e in idle.exempt),
     )
 
 

@@ -16,11 +16,47 @@ a multi-node allocation into one alert.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
 from schemas.clock import HOUR_S, MINUTE_MS, MINUTE_S, at
 from schemas.models import Alert, GpuMinute
 from schemas.types import AlertKind, AlertState, Scheduler, WorkloadClass, format_utc
 from streams.state import AllocState, Episode, IdleRun, IdleState
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """Allocations whose idle GPUs open no alert: every pattern given (shell-style, ``*``)
+    must match the allocation's field, and with ``younger_than_minutes`` only while the
+    allocation is younger than that (a short interactive session). The minutes still count
+    as idle in the warehouse: the waste is real, nobody is told of it."""
+
+    cluster: str | None = None
+    scheduler: str | None = None
+    workload_class: str | None = None
+    namespace: str | None = None
+    owner: str | None = None
+    team: str | None = None
+    name: str | None = None
+    younger_than_minutes: int | None = None
+
+    def covers(self, alloc: AllocState, now_ms: int) -> bool:
+        fields = (
+            (self.cluster, alloc["cluster"]),
+            (self.scheduler, alloc["scheduler"]),
+            (self.workload_class, alloc["cls"]),
+            (self.namespace, alloc["namespace"]),
+            (self.owner, alloc["owner"]),
+            (self.team, alloc["team"]),
+            (self.name, alloc["name"]),
+        )
+        for pattern, value in fields:
+            if pattern is not None and (value is None or not fnmatchcase(value, pattern)):
+                return False
+        if self.younger_than_minutes is not None:
+            start = alloc["start"]
+            return start is not None and now_ms - start < self.younger_than_minutes * MINUTE_MS
+        return True
 
 
 @dataclass(frozen=True)
@@ -30,6 +66,10 @@ class IdleConfig:
     per_class_threshold: dict[str, float] = field(default_factory=dict)
     per_class_minutes: dict[str, int] = field(default_factory=dict)
     update_every: int = 5  # minutes between update records of an open alert
+    exempt: tuple[Exemption, ...] = ()
+
+    def exempted(self, alloc: AllocState | None, now_ms: int) -> bool:
+        return alloc is not None and any(e.covers(alloc, now_ms) for e in self.exempt)
 
     def for_class(self, cls: str | None) -> tuple[float, int]:
         key = cls or ""
@@ -76,7 +116,7 @@ def observe(
         if seen.get(key):
             run = runs.setdefault(key, [minute_ms, 0])
             run[1] += 1
-            if run[1] >= need:
+            if run[1] >= need and not cfg.exempted(alloc, end):
                 _qualify(
                     episodes, alloc_id, gpu, run=run, end=end, node=node, allocs=allocs, out=out
                 )

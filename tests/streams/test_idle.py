@@ -196,3 +196,30 @@ def test_the_workers_idle_policy_comes_from_the_idle_settings_and_its_flags() ->
     assert flagged.for_class("service") == (0.1, 3)
     assert flagged.for_class("interactive") == (0.2, 3)
     assert idle.policy()["interactive"] == (0.2, 10)
+
+
+def test_exempt_allocations_open_no_alert_and_short_sessions_only_while_short() -> None:
+    """GPUGAP_IDLE_EXEMPT: a matching allocation's idle GPUs open nothing; one exempt while
+    younger than N minutes opens its alert once it is older, with the whole run counted."""
+    from streams.detect_idle import Exemption
+
+    def alerts(*exempt: Exemption) -> list[tuple]:
+        cfg = CoreConfig(idle=IdleConfig(minutes=3, exempt=exempt))
+        core = NodeCore.new(CLUSTER, NODE, cfg)
+        out = run(core, items())
+        out.extend(core.advance(T("10:12:00")))
+        return summary(out.alerts)
+
+    assert alerts() == EXPECTED
+    assert alerts(Exemption(owner="ali*")) == []
+    assert alerts(Exemption(owner="ali*", team="vision"), Exemption(namespace="dev-*")) == []
+    assert alerts(Exemption(owner="ali*", team="nlp")) == EXPECTED  # every field must match
+    assert alerts(Exemption(namespace="dev-*")) == EXPECTED  # a Slurm job has no namespace
+    # exempt for its first 5 minutes: the 10:01-10:05 run qualifies at 10:04 but is exempt;
+    # at 10:05 (the job is 5 minutes old) it opens, idle since 10:01
+    late = alerts(Exemption(workload_class="batch", younger_than_minutes=5))
+    assert [(a[1], a[2], a[3], a[6]) for a in late] == [
+        (AlertState.OPEN, "10:05", "10:05", 4),
+        (AlertState.UPDATE, "10:07", "10:05", 6),
+        (AlertState.RESOLVED, "10:08", "10:05", 6),
+    ]
