@@ -10,7 +10,15 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from schemas.errors import ConfigError
@@ -283,6 +291,15 @@ class IdleSettings(BaseSettings):
     class_minutes: dict[WorkloadClass, Annotated[int, Field(ge=1, le=1440)]] = Field(
         default_factory=dict, description='per class, JSON: {"interactive": 60}'
     )
+    remind_minutes: Annotated[list[Annotated[int, Field(ge=1, le=7 * 1440)]], NoDecode] = Field(
+        default_factory=list,
+        max_length=20,
+        description="the notifier reminds people (Slack, email, webhook) when an open alert "
+        "has been idle this long, JSON or comma list: 60,105",
+    )
+    class_remind_minutes: dict[
+        WorkloadClass, list[Annotated[int, Field(ge=1, le=7 * 1440)]]
+    ] = Field(default_factory=dict, description='per class, JSON: {"interactive": [30, 60]}')
     exempt: list[IdleExemption] = Field(
         default_factory=list,
         max_length=1000,
@@ -290,6 +307,15 @@ class IdleSettings(BaseSettings):
         '[{"workload_class": "interactive", "younger_than_minutes": 30}, '
         '{"namespace": "debug-*"}]',
     )
+
+    _remind = field_validator("remind_minutes", mode="before")(comma_list)
+
+    def reminders(self) -> dict[str, tuple[int, ...]]:
+        """The idle minutes at which a person is reminded, per class and for '' (no class)."""
+        out = {"": tuple(sorted(set(self.remind_minutes)))}
+        for w in WorkloadClass:
+            out[w.value] = tuple(sorted(set(self.class_remind_minutes.get(w, self.remind_minutes))))
+        return out
 
     def policy(self) -> dict[str, tuple[float, int]]:
         """(threshold, minutes) for each class, and for '' (no class)."""

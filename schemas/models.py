@@ -350,6 +350,9 @@ class AlertDelivery(Record):
     code: int | None = Field(default=None, ge=0, le=999, description="HTTP status, SMTP reply")
     detail: Text = ""
     attempts: int = Field(default=1, ge=1)
+    reminder_minutes: int | None = Field(
+        default=None, ge=1, description="a reminder at this many idle minutes (an update)"
+    )
     alert: Alert = Field(description="what was sent (a restarted notifier re-sends open ones)")
 
 

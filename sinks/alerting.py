@@ -15,6 +15,9 @@ webhooks, email). A target subclasses ``AlertTarget``, names itself and implemen
   dead-lettered with the reason and logged as refused, and the others go on.
 - **Independent targets.** ``gpugap notify`` runs each target in its own consumer group, so
   a slow or broken target never holds back another.
+- **Reminders.** With ``GPUGAP_IDLE_REMIND_MINUTES`` (per class too), a direct target is
+  told again, once per mark, when an alert it announced has been idle that long (an update
+  record past the mark; a notifier that was down sends only the latest mark).
 - **Routing.** A target's settings (``sinks.routing.TargetSettings``) choose the alerts it
   gets: clusters, teams, classes, schedulers, kinds (empty: all).
 """
@@ -56,8 +59,10 @@ class AlertTarget(BatchingSink):
         super().__init__(**batching)
         self.config = config
         self.kafka = kafka
-        #: (alert_id, state) -> the delivery recorded for it, from the ledger and this run
-        self.sent: dict[tuple[str, str], AlertDelivery] = {}
+        #: (alert_id, state, reminder mark or 0) -> its delivery, from the ledger and this run
+        self.sent: dict[tuple[str, str, int], AlertDelivery] = {}
+        #: idle minutes at which direct targets remind, per class ('' = none)
+        self.reminders: dict[str, tuple[int, ...]] = {}
         #: alerts whose last delivered state is not resolved, by id (Alertmanager re-sends)
         self.active: dict[str, Alert] = {}
         self.delivered = 0
@@ -65,7 +70,9 @@ class AlertTarget(BatchingSink):
 
     @classmethod
     def from_settings(cls, settings: Settings, config: Any, **batching: Any) -> AlertTarget:
-        return cls(config, settings.kafka, **batching)
+        target = cls(config, settings.kafka, **batching)
+        target.reminders = settings.idle.reminders()
+        return target
 
     async def send(self, alert: Alert) -> int | None:
         """Deliver one alert; return the target's status code (HTTP status, SMTP reply).
@@ -78,7 +85,7 @@ class AlertTarget(BatchingSink):
                 self._remember(d)
 
     def _remember(self, d: AlertDelivery) -> None:
-        self.sent[d.alert_id, d.state.value] = d
+        self.sent[d.alert_id, d.state.value, d.reminder_minutes or 0] = d
         if d.state is AlertState.RESOLVED:
             # a refused resolve ends it too: re-sending the open state would revive it
             self.active.pop(d.alert_id, None)
@@ -87,9 +94,12 @@ class AlertTarget(BatchingSink):
 
     async def write(self, batch: Sequence[Record]) -> None:
         for alert in cast(Sequence[Alert], batch):
-            if alert.state not in self.states or not self.config.routes(alert):
+            if not self.config.routes(alert):
                 continue
-            done = self.sent.get((alert.alert_id, alert.state.value))
+            mark = self._reminder_due(alert) if self.direct else None
+            if alert.state not in self.states and mark is None:
+                continue
+            done = self.sent.get((alert.alert_id, alert.state.value, mark or 0))
             if done is not None and self.direct:
                 if done.outcome is DeliveryOutcome.REFUSED:  # isolated and dead-lettered
                     raise Refused(done.detail, done.code)
@@ -97,16 +107,36 @@ class AlertTarget(BatchingSink):
             try:
                 code = await self.send(alert)
             except Refused as exc:
-                await self._record(alert, DeliveryOutcome.REFUSED, exc.code, exc.reason)
+                await self._record(alert, DeliveryOutcome.REFUSED, exc.code, exc.reason, mark)
                 self.refused += 1
                 raise
-            await self._record(alert, DeliveryOutcome.DELIVERED, code, "")
+            await self._record(alert, DeliveryOutcome.DELIVERED, code, "", mark)
             self.delivered += 1
         assert self._dead_letters is not None
         await self._dead_letters.publisher.flush()  # the ledger is stored before the commit
 
+    def _reminder_due(self, alert: Alert) -> int | None:
+        """The reminder mark an update record is due for (None: no reminder): the highest
+        mark its idle minutes passed, for an alert whose open this target delivered and whose
+        resolve it has not."""
+        if alert.state is not AlertState.UPDATE:
+            return None
+        cls = alert.workload_class.value if alert.workload_class else ""
+        due = [m for m in self.reminders.get(cls, ()) if alert.idle_minutes >= m]
+        opened = self.sent.get((alert.alert_id, AlertState.OPEN.value, 0))
+        if not due or opened is None or opened.outcome is not DeliveryOutcome.DELIVERED:
+            return None
+        if (alert.alert_id, AlertState.RESOLVED.value, 0) in self.sent:
+            return None
+        return max(due)
+
     async def _record(
-        self, alert: Alert, outcome: DeliveryOutcome, code: int | None, detail: str
+        self,
+        alert: Alert,
+        outcome: DeliveryOutcome,
+        code: int | None,
+        detail: str,
+        reminder: int | None = None,
     ) -> None:
         d = AlertDelivery(
             alert_id=alert.alert_id,
@@ -116,6 +146,7 @@ class AlertTarget(BatchingSink):
             outcome=outcome,
             code=code,
             detail=detail[:4000],
+            reminder_minutes=reminder,
             alert=alert,
         )
         self._remember(d)

@@ -201,6 +201,8 @@ def title(alert: Alert) -> str:
     text = f"{what}: {subject(alert)} on {clean(alert.cluster, TITLE_NAME_MAX)}"
     if alert.state is AlertState.RESOLVED:
         text = f"Resolved: {text}"
+    elif alert.state is AlertState.UPDATE:  # a reminder (GPUGAP_IDLE_REMIND_MINUTES)
+        text = f"Still, after {alert.idle_minutes} min: {text}"
     return cut(text, 150)
 
 

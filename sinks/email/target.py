@@ -73,10 +73,12 @@ def address(value: str, setting: str) -> tuple[str, str]:
     return str(addr), addr.addr_spec
 
 
-def message_id(alert_id: str, state: AlertState, domain: str) -> str:
-    """The same Message-ID for the same alert state, every time it is sent."""
+def message_id(alert_id: str, state: AlertState, domain: str, minutes: int = 0) -> str:
+    """The same Message-ID for the same alert state (a reminder: and idle minutes), every
+    time it is sent."""
     digest = hashlib.sha256(alert_id.encode()).hexdigest()[:32]
-    return f"<gpugap.{state.value}.{digest}@{domain}>"
+    part = f"{state.value}-{minutes}" if state is AlertState.UPDATE else state.value
+    return f"<gpugap.{part}.{digest}@{domain}>"
 
 
 def _reply(code: int, text: bytes | str) -> str:
@@ -149,8 +151,10 @@ class EmailTarget(AlertTarget):
         msg["From"] = self.sender
         msg["To"] = ", ".join(header for header, _ in to)
         msg["Date"] = formatdate(usegmt=True)
-        msg["Message-ID"] = message_id(alert.alert_id, alert.state, self.domain)
-        if alert.state is AlertState.RESOLVED:
+        msg["Message-ID"] = message_id(
+            alert.alert_id, alert.state, self.domain, alert.idle_minutes
+        )
+        if alert.state is not AlertState.OPEN:  # the resolve and reminders thread under it
             opened = message_id(alert.alert_id, AlertState.OPEN, self.domain)
             msg["In-Reply-To"] = opened
             msg["References"] = opened

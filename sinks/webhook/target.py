@@ -14,7 +14,8 @@ to ``alert`` within a version, so a receiver ignores fields it does not know.
 Headers:
 
 - ``Content-Type: application/json``
-- ``X-Gpugap-Event: alert.open`` or ``alert.resolved`` (updates are not sent)
+- ``X-Gpugap-Event: alert.open``, ``alert.resolved``, or ``alert.update`` for a reminder
+  (``GPUGAP_IDLE_REMIND_MINUTES``; other updates are not sent)
 - ``X-Gpugap-Delivery: <alert_id>/<state>``: the idempotency key, the same on every retry
   and re-delivery of this alert state (URL-quoted: characters outside printable ASCII and
   ``/:@!$&'()*+,;=`` appear as ``%XX``). gpugap sends each alert state once (the ledger on
@@ -56,6 +57,7 @@ from urllib.parse import quote
 from gpugap.settings import KafkaSettings
 from schemas import Alert, encode
 from schemas.errors import ConfigError
+from schemas.types import AlertState
 from sinks.http import HttpTarget, http_url, post
 
 from .settings import WebhookSettings
@@ -111,8 +113,12 @@ class WebhookTarget(HttpTarget):
 
 
 def delivery_key(alert: Alert) -> str:
-    """``X-Gpugap-Delivery``: ``<alert_id>/<state>``, URL-quoted into a valid header value."""
-    return quote(f"{alert.alert_id}/{alert.state.value}", safe="/:@!$&'()*+,;=")
+    """``X-Gpugap-Delivery``: ``<alert_id>/<state>`` (a reminder: ``.../update/<idle
+    minutes>``), URL-quoted into a valid header value."""
+    key = f"{alert.alert_id}/{alert.state.value}"
+    if alert.state is AlertState.UPDATE:
+        key += f"/{alert.idle_minutes}"
+    return quote(key, safe="/:@!$&'()*+,;=")
 
 
 def signature(secret: bytes, timestamp: int, body: bytes) -> str:

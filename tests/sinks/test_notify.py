@@ -21,7 +21,7 @@ from gpugap.settings import KafkaSettings
 from schemas import Alert
 from schemas.examples import one_of_each
 from schemas.topics import ALERTS, DELIVERIES
-from schemas.types import AlertState, DeliveryOutcome
+from schemas.types import AlertState, DeliveryOutcome, WorkloadClass
 from tests.conftest import read_topic
 
 pytestmark = pytest.mark.kafka
@@ -54,8 +54,9 @@ def publish(kafka: KafkaSettings, records: list[Alert]) -> None:
 class Notifier:
     """``gpugap notify console`` as its own process; its stdout collected line by line."""
 
-    def __init__(self, kafka: KafkaSettings, out: Path) -> None:
+    def __init__(self, kafka: KafkaSettings, out: Path, **extra: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGAP_")}
+        env |= extra
         env |= {
             "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
             "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
@@ -122,6 +123,75 @@ def test_killed_mid_episode_and_restarted_nothing_lost_nothing_twice(
     assert keys == [("a1", "open"), ("a1", "resolved"), ("a2", "open"), ("a2", "resolved")]
     assert {d.outcome for d in deliveries} == {DeliveryOutcome.DELIVERED}
     assert {d.target for d in deliveries} == {"console"}
+
+
+def test_reminders_once_per_mark_and_only_the_latest_after_an_outage(
+    kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    """GPUGAP_IDLE_REMIND_MINUTES=15,30 (interactive: 20): an update past a mark reminds once;
+    one that jumps past two marks reminds once; nothing after the resolve."""
+    out = tmp_path / "console.txt"
+    batch = alert("b1", "open", 10).model_copy(update={"workload_class": WorkloadClass.BATCH})
+    notebook = alert("n1", "open", 10).model_copy(
+        update={"workload_class": WorkloadClass.INTERACTIVE}
+    )
+
+    def step(a: Alert, state: str, minutes: int) -> Alert:
+        return a.model_copy(
+            update={
+                "state": AlertState(state),
+                "idle_minutes": minutes,
+                "time": a.opened_at + timedelta(minutes=minutes),
+            }
+        )
+
+    publish(
+        kafka,
+        [
+            batch,
+            notebook,
+            step(batch, "update", 12),  # no mark yet
+            step(batch, "update", 16),  # 15: remind
+            step(notebook, "update", 16),  # interactive's first mark is 20
+            step(batch, "update", 21),
+            step(batch, "update", 16),  # re-delivered: already reminded
+            step(notebook, "update", 40),  # past 20 (and 15, 30 are not its marks): once
+            step(batch, "update", 45),  # past 30: remind
+            step(batch, "resolved", 50),
+            step(batch, "update", 60),  # after the resolve: nothing
+        ],
+    )
+    notifier = Notifier(
+        kafka,
+        out,
+        GPUGAP_IDLE_REMIND_MINUTES="15,30",
+        GPUGAP_IDLE_CLASS_REMIND_MINUTES='{"interactive": [20]}',
+    )
+    try:
+        notifier.wait_for(6)
+        time.sleep(3)
+        lines = notifier.lines()
+    finally:
+        assert notifier.stop() == 0
+    heads = [x.split(" — ")[0] for x in lines]
+    assert heads == [
+        "[alert] GPUs idle: owner-b1 on prod",
+        "[alert] GPUs idle: owner-n1 on prod",
+        "[alert] Still, after 16 min: GPUs idle: owner-b1 on prod",
+        "[alert] Still, after 40 min: GPUs idle: owner-n1 on prod",
+        "[alert] Still, after 45 min: GPUs idle: owner-b1 on prod",
+        "[alert] Resolved: GPUs idle: owner-b1 on prod",
+    ], heads
+    deliveries = asyncio.run(read_topic(kafka, DELIVERIES, 6, settle_s=1.0))
+    marks = sorted((d.alert_id, d.state.value, d.reminder_minutes) for d in deliveries)
+    assert marks == [
+        ("b1", "open", None),
+        ("b1", "resolved", None),
+        ("b1", "update", 15),
+        ("b1", "update", 30),
+        ("n1", "open", None),
+        ("n1", "update", 20),
+    ]
 
 
 def test_configuration_errors_are_one_line(

@@ -1,5 +1,6 @@
 -- The notifiers' audit trail: every alert state sent to a target (Alertmanager, Slack, a
 -- webhook, email) with the outcome and the target's answer, from alerts.deliveries.v1.
+-- A reminder (GPUGAP_IDLE_REMIND_MINUTES) is an update row with its reminder_minutes.
 -- A re-delivered Kafka record repeats its row exactly: ReplacingMergeTree keeps one.
 CREATE TABLE IF NOT EXISTS alert_deliveries
 (
@@ -11,6 +12,7 @@ CREATE TABLE IF NOT EXISTS alert_deliveries
     code Nullable(UInt16),
     detail String,
     attempts UInt32,
+    reminder_minutes Nullable(UInt32),
     kind LowCardinality(String),
     cluster LowCardinality(String),
     allocation_id String,
@@ -30,6 +32,7 @@ SELECT
     minIf(time, state = 'open' AND outcome = 'delivered') AS open_delivered_at,
     minIf(time, state = 'resolved' AND outcome = 'delivered') AS resolve_delivered_at,
     countIf(outcome = 'refused') AS refused,
+    countIf(state = 'update' AND outcome = 'delivered') AS reminders,
     argMax(outcome, time) AS last_outcome, argMax(code, time) AS last_code,
     argMax(detail, time) AS last_detail, max(time) AS updated_at
 FROM alert_deliveries FINAL
