@@ -59,6 +59,19 @@ def register(sub: Any, cmd: Cmd) -> None:
         "--max-rows", type=int, default=10_000, metavar="N", help="stop after N rows (10000)"
     )
     _clickhouse_flag(sql)
+    dig = cmd(
+        "digest",
+        _digest,
+        "mail each owner the day's top idle allocations by absolute waste "
+        "(GPUGAP_EMAIL_* settings; run daily)",
+    )
+    dig.add_argument("--day", metavar="YYYY-MM-DD", help="the UTC day (default: yesterday)")
+    dig.add_argument("--top", type=int, default=5, help="allocations per owner (5)")
+    dig.add_argument(
+        "--min-gap", type=float, default=0.5, metavar="GPU_H", help="leave out smaller (0.5)"
+    )
+    dig.add_argument("--dry-run", action="store_true", help="print the mails, send nothing")
+    _clickhouse_flag(dig)
 
 
 def _clickhouse_flag(p: argparse.ArgumentParser) -> None:
@@ -114,6 +127,31 @@ def _report(args: argparse.Namespace) -> int:
     finally:
         client.close()
     print(render(report, args.format))
+    return 0
+
+
+def _digest(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from gpugap.digest import send_digests
+    from gpugap.settings import load
+
+    ch = _settings(args)
+    settings = load()
+    settings = settings.model_copy(update={"clickhouse": ch})
+    try:
+        day = (
+            datetime.strptime(args.day, "%Y-%m-%d").date()
+            if args.day
+            else (datetime.now(UTC) - timedelta(days=1)).date()
+        )
+    except ValueError:
+        raise ConfigError(f"--day {args.day!r}: expected YYYY-MM-DD") from None
+    sent = send_digests(
+        settings, day, top=args.top, min_gap_gpu_h=args.min_gap, dry_run=args.dry_run
+    )
+    verb = "composed" if args.dry_run else "sent"
+    print(f"digest {day.isoformat()}: {len(sent)} mail(s) {verb}", file=sys.stderr)
     return 0
 
 

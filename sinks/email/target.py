@@ -204,6 +204,10 @@ class EmailTarget(AlertTarget):
                 smtp.close()
             raise RetriableError(f"{where}, {step}: {_connection_failure(exc)}") from None
 
+    def deliver(self, msg: EmailMessage, to: list[str]) -> int:
+        """Send a composed mail (the daily digest uses it too); blocking: call in a thread."""
+        return self._deliver(msg, to)
+
     def _deliver(self, msg: EmailMessage, to: list[str]) -> int:
         smtp = self._connect()
         try:
