@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpugap import __version__
 from gpugap.plugin import LOCAL_MODULES, missing_extra, require
@@ -128,24 +128,37 @@ def _sink(args: argparse.Namespace) -> int:
     cfg = spec.config(args)
     sink_cls = spec.load()  # before the settings: a missing extra is the one thing said
     settings = _settings()
-    from gpugap.kafka.consume import DeadLetters
-    from gpugap.kafka.publish import KafkaPublisher
-
     sink = sink_cls.from_settings(
         settings, cfg, max_records=args.max_records, max_age_s=args.max_age
     )
+    _run_sinks(settings, [sink], "sink")
+    return 0
+
+
+def _run_sinks(settings: Settings, sinks: Sequence[Any], kind: str) -> None:
+    """Run sinks until SIGTERM/SIGINT, one consumer group each (``gpugap-<kind>-<name>``: a
+    slow or broken one never holds back another), sharing one dead-letter publisher."""
+    from gpugap.kafka.consume import DeadLetters
+    from gpugap.kafka.publish import KafkaPublisher
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, sink.stop.set)
-        async with KafkaPublisher(settings.kafka) as dlq:
-            await sink.run(
-                settings.kafka, DeadLetters(dlq, f"sink-{sink.name}", settings.kafka.topic_prefix)
+            loop.add_signal_handler(sig, lambda: [s.stop.set() for s in sinks])
+        prefix = settings.kafka.topic_prefix
+        async with KafkaPublisher(settings.kafka) as pub:
+            await asyncio.gather(
+                *(
+                    s.run(
+                        settings.kafka,
+                        DeadLetters(pub, f"{kind}-{s.name}", prefix),
+                        group=f"gpugap-{kind}-{s.name}",
+                    )
+                    for s in sinks
+                )
             )
 
     asyncio.run(run())
-    return 0
 
 
 def _notify(args: argparse.Namespace) -> int:
@@ -167,28 +180,7 @@ def _notify(args: argparse.Namespace) -> int:
     built = [(spec, spec.config(), spec.load()) for spec in specs]
     settings = _settings()
     targets = [cls.from_settings(settings, cfg) for _, cfg, cls in built]
-    from gpugap.kafka.consume import DeadLetters
-    from gpugap.kafka.publish import KafkaPublisher
-
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: [t.stop.set() for t in targets])
-        prefix = settings.kafka.topic_prefix
-        async with KafkaPublisher(settings.kafka) as pub:
-            # one consumer group each: a slow or broken target never holds back another
-            await asyncio.gather(
-                *(
-                    t.run(
-                        settings.kafka,
-                        DeadLetters(pub, f"notify-{t.name}", prefix),
-                        group=f"gpugap-notify-{t.name}",
-                    )
-                    for t in targets
-                )
-            )
-
-    asyncio.run(run())
+    _run_sinks(settings, targets, "notify")
     return 0
 
 

@@ -80,9 +80,9 @@ class AlertTarget(BatchingSink):
         raise NotImplementedError
 
     async def start(self) -> None:
-        for d in await read_topic(self.kafka, DELIVERIES):
-            if d.target == self.name:
-                self._remember(d)
+        mine = await read_topic(self.kafka, DELIVERIES, keep=lambda d: d.target == self.name)
+        for d in mine:
+            self._remember(d)
 
     def _remember(self, d: AlertDelivery) -> None:
         self.sent[d.alert_id, d.state.value, d.reminder_minutes or 0] = d

@@ -158,12 +158,17 @@ async def consume(
 
 
 async def read_topic(
-    settings: KafkaSettings, topic: Topic[M], *, timeout_s: float = 60.0
+    settings: KafkaSettings,
+    topic: Topic[M],
+    *,
+    keep: Callable[[M], bool] | None = None,
+    timeout_s: float = 60.0,
 ) -> list[M]:
     """Every record ``topic`` holds now, from the beginning of each partition to its end
     (no consumer group, nothing committed): a log read back as state at start-up. A record
     that does not decode is skipped (gpugap wrote the topic; a foreign record is not state);
-    a topic not read to its end in ``timeout_s`` is a RetriableError."""
+    a topic not read to its end in ``timeout_s`` is a RetriableError. ``keep``: only the
+    records it accepts are held (the rest of a shared log is read and dropped)."""
     from aiokafka import AIOKafkaConsumer
 
     name = settings.topic_prefix + topic.name
@@ -195,9 +200,11 @@ async def read_topic(
             for messages in batches.values():
                 for m in messages:
                     try:
-                        out.append(decode(topic, m.value))
+                        record = decode(topic, m.value)
                     except InvalidRecord:
                         continue
+                    if keep is None or keep(record):
+                        out.append(record)
             for tp in list(left):
                 if await consumer.position(tp) >= end[tp]:
                     left.discard(tp)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from gpugap.kafka.publish import Publisher
+from schemas import Record, Topic
 from schemas.models import AllocationEvent, Attribution, GpuSample, NodeSample
 from schemas.types import ActivityMetric, LifecycleKind, SampleSource, Scheduler, WorkloadClass
 
@@ -106,3 +108,18 @@ def pod(uid: str, kind: str, hms: str, gpus: int = 1, name: str = "p") -> Alloca
         name=name,
         namespace="ns",
     )
+
+
+class Null(Publisher):
+    """A publisher that drops everything (the core's output is read from its return values)."""
+
+    async def send(self, topic: Topic[Any], record: Record) -> None:
+        pass
+
+    async def send_encoded(
+        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
+        pass
+
+    async def flush(self) -> None:
+        pass

@@ -13,15 +13,15 @@ import pytest
 
 from benchmarks.worker_inproc import Capture
 from gpugap.kafka.consume import RawMessage
-from gpugap.kafka.publish import Publisher
 from gpugap.simulator import S, build
 from gpugap.simulator.emit import Emitter
-from schemas import GpuMinute, Record, Topic, by_name, decode, encode
+from schemas import GpuMinute, Record, by_name, decode, encode
 from schemas.errors import InvalidRecord
 from streams import window as W
 from streams.core import NodeCore, Output
 from streams.join import Join
 from streams.process import Processor
+from tests.streams.helpers import Null
 
 
 @pytest.fixture(scope="module")
@@ -103,19 +103,6 @@ def test_windowed_sample_reads_match_the_whole_buffer() -> None:
         got = W.effective_in(buf, lo, hi)
         assert [e for e in got if min(e[1], hi) > max(e[0], lo)] == whole
         assert W.usage([(lo, hi)], got) == W.usage([(lo, hi)], effective(buf))
-
-
-class Null(Publisher):
-    async def send(self, topic: Topic[Any], record: Record) -> None:
-        pass
-
-    async def send_encoded(
-        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
-    ) -> None:
-        pass
-
-    async def flush(self) -> None:
-        pass
 
 
 def test_snapshots_of_changed_nodes_restore_every_node(records: list[Record]) -> None:

@@ -13,16 +13,14 @@ from __future__ import annotations
 import json
 import zlib
 from pathlib import Path
-from typing import Any
 
-from gpugap.kafka.publish import Publisher
-from schemas import AllocationEvent, K8sPodEvent, NodeSample, Record, Topic
+from schemas import AllocationEvent, K8sPodEvent, NodeSample
 from schemas.types import EventSource, PodEventKind, PodPhase
 from streams.core import CoreConfig
 from streams.detect_idle import IdleConfig
 from streams.join import Join
 from streams.process import Processor
-from tests.streams.helpers import T, pod, samples, slurm
+from tests.streams.helpers import Null, T, pod, samples, slurm
 
 GOLDEN = Path(__file__).with_name("snapshot_golden.json")
 CFG = CoreConfig(idle=IdleConfig(minutes=3))
@@ -72,19 +70,6 @@ def up_to(cut: str) -> tuple[list[Item], list[Item]]:
     recs = records()
     n = sum(1 for r in recs if r.time <= T(cut))
     return recs[:n], recs[n:]
-
-
-class Null(Publisher):
-    async def send(self, topic: Topic[Any], record: Record) -> None:
-        pass
-
-    async def send_encoded(
-        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
-    ) -> None:
-        pass
-
-    async def flush(self) -> None:
-        pass
 
 
 def feed(proc: Processor, recs: list[Item]) -> list[str]:
