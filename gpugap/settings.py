@@ -250,12 +250,10 @@ def optional_path(value: object) -> object:
     return None if off else value
 
 
-
-
-class IdleExemption(BaseModel):
-    """Allocations whose idle GPUs open no alert (``GPUGAP_IDLE_EXEMPT``, a JSON list): every
-    field given must match, shell-style patterns (``dev-*``); with ``younger_than_minutes``
-    only while the allocation is younger than that."""
+class AllocationMatch(BaseModel):
+    """Which allocations: every field given must match, shell-style patterns (``dev-*``);
+    ``labels``: each key must be among the allocation's labels (Kubernetes: those the
+    producer carries, GPUGAP_K8S_CARRY_LABELS; Slurm: ``slurm.account``, ``slurm.qos``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -263,15 +261,48 @@ class IdleExemption(BaseModel):
     scheduler: Scheduler | None = None
     workload_class: WorkloadClass | None = None
     namespace: str | None = None
+    partition: str | None = None
     owner: str | None = None
     team: str | None = None
     name: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+    def matches_something(self) -> bool:
+        return bool(self.labels) or any(
+            getattr(self, f) is not None for f in AllocationMatch.model_fields if f != "labels"
+        )
+
+
+class IdleExemption(AllocationMatch):
+    """Allocations whose idle GPUs open no alert (``GPUGAP_IDLE_EXEMPT``, a JSON list); with
+    ``younger_than_minutes`` only while the allocation is younger than that."""
+
     younger_than_minutes: int | None = Field(default=None, ge=1, le=7 * 1440)
 
     @model_validator(mode="after")
     def _something(self) -> Self:
-        if not any(v is not None for v in self.model_dump().values()):
+        if not self.matches_something() and self.younger_than_minutes is None:
             raise ValueError("an exemption with no field would exempt every allocation")
+        return self
+
+
+class IdleRule(AllocationMatch):
+    """``GPUGAP_IDLE_RULES``, a JSON list: the first rule whose fields match an allocation
+    sets its threshold, minutes and reminders (what it leaves unset stays the class's)."""
+
+    id: str | None = Field(default=None, max_length=200, description="named in alerts")
+    threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    minutes: int | None = Field(default=None, ge=1, le=1440)
+    remind_minutes: list[Annotated[int, Field(ge=1, le=7 * 1440)]] | None = Field(
+        default=None, max_length=20
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> Self:
+        if not self.matches_something():
+            raise ValueError("a rule with no field to match would apply to every allocation")
+        if self.threshold is None and self.minutes is None and self.remind_minutes is None:
+            raise ValueError("a rule sets threshold, minutes or remind_minutes")
         return self
 
 
@@ -297,15 +328,23 @@ class IdleSettings(BaseSettings):
         description="the notifier reminds people (Slack, email, webhook) when an open alert "
         "has been idle this long, JSON or comma list: 60,105",
     )
-    class_remind_minutes: dict[
-        WorkloadClass, list[Annotated[int, Field(ge=1, le=7 * 1440)]]
-    ] = Field(default_factory=dict, description='per class, JSON: {"interactive": [30, 60]}')
+    class_remind_minutes: dict[WorkloadClass, list[Annotated[int, Field(ge=1, le=7 * 1440)]]] = (
+        Field(default_factory=dict, description='per class, JSON: {"interactive": [30, 60]}')
+    )
     exempt: list[IdleExemption] = Field(
         default_factory=list,
         max_length=1000,
         description="allocations that open no idle alert, JSON: "
         '[{"workload_class": "interactive", "younger_than_minutes": 30}, '
         '{"namespace": "debug-*"}]',
+    )
+
+    rules: list[IdleRule] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="per cluster, namespace, partition, user, labels..., first match wins, "
+        'JSON: [{"partition": "debug", "minutes": 30}, '
+        '{"labels": {"gpugap.io/idle": "relaxed"}, "threshold": 0.01}]',
     )
 
     _remind = field_validator("remind_minutes", mode="before")(comma_list)

@@ -18,6 +18,7 @@ from schemas.types import (
     MAX_GPUS_PER_JOB,
     MAX_GPUS_PER_NODE,
     MAX_INTERVAL_S,
+    MAX_LABELS,
     MAX_NODES_PER_JOB,
     MAX_UNSUPPORTED,
     ActivityMetric,
@@ -28,6 +29,8 @@ from schemas.types import (
     EventId,
     EventSource,
     GpuUuid,
+    LabelKey,
+    LabelValue,
     LifecycleKind,
     Name,
     NonNegFloat,
@@ -225,6 +228,11 @@ class K8sPodEvent(Record):
     gang_id: Text | None = None
     gang_size: NonNegInt | None = Field(default=None, le=MAX_GANG_SIZE)
     resource_version: Text | None = None
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description="the pod labels the producer carries (GPUGAP_K8S_CARRY_LABELS)",
+    )
 
     @property
     def allocation_id(self) -> str:
@@ -265,6 +273,12 @@ class AllocationEvent(Record):
     name: Text | None = None
     namespace: Name | None = Field(default=None, description="Kubernetes: the pod's namespace")
     time_limit_s: NonNegInt | None = None
+    partition: Name | None = Field(default=None, description="Slurm: the job's partition")
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description="Kubernetes: the pod's carried labels; Slurm: slurm.account, slurm.qos",
+    )
 
     @model_validator(mode="after")
     def _unique_gpus(self) -> Self:
@@ -303,6 +317,12 @@ class GpuMinute(Record):
     owner: Text | None = None
     team: Text | None = None
     gang_id: Text | None = None
+    idle_threshold: Ratio | None = Field(
+        default=None, description="the idle policy the stream judged this minute by"
+    )
+    idle_after_minutes: NonNegInt | None = Field(
+        default=None, description="idle minutes before an alert, by the same policy"
+    )
 
     @model_validator(mode="after")
     def _minute_aligned(self) -> Self:
@@ -311,6 +331,15 @@ class GpuMinute(Record):
         if self.consumed_gpu_s > self.allocated_s + 1e-9 and self.allocation_id is not None:
             raise ValueError("consumed_gpu_s cannot exceed allocated_s for an allocation")
         return self
+
+
+class IdlePolicy(Record):
+    """The idle policy an idle-GPU alert was judged by: its class's, or a rule's over it."""
+
+    threshold: Ratio
+    minutes: NonNegInt = Field(description="idle minutes before the alert opened")
+    remind_minutes: tuple[NonNegInt, ...] = Field(default=(), max_length=20)
+    rule: Text | None = Field(default=None, description="the GPUGAP_IDLE_RULES rule that matched")
 
 
 class Alert(Record):
@@ -336,6 +365,7 @@ class Alert(Record):
     pending_pods: NonNegInt | None = None
     running_pods: NonNegInt | None = None
     message: Text = ""
+    policy: IdlePolicy | None = Field(default=None, description="idle GPUs: the policy applied")
 
 
 class AlertDelivery(Record):

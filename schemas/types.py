@@ -48,6 +48,9 @@ StrictInt = Annotated[int, Strict()]
 StrictFloat = Annotated[float, Strict()]
 StrictBool = Annotated[bool, Strict()]
 EventId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+#: a label's key and value (Kubernetes: prefix/name up to 253+1+63, values up to 63)
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=317)]
+LabelValue = Annotated[str, StringConstraints(max_length=256)]
 
 # Bounds of what a real estate produces; a record past one is invalid (a dead letter with the
 # field named), so one record can never make the stream fabricate unbounded output.
@@ -65,6 +68,8 @@ MAX_GANG_SIZE = 100_000
 MAX_INTERVAL_S = float(HOUR_S)
 #: fields one GPU sample may list as unsupported
 MAX_UNSUPPORTED = 64
+#: labels carried on one pod or allocation (the ones the idle policy's rules may match)
+MAX_LABELS = 32
 
 
 def utc_now() -> datetime:

@@ -61,7 +61,8 @@ class AlertTarget(BatchingSink):
         self.kafka = kafka
         #: (alert_id, state, reminder mark or 0) -> its delivery, from the ledger and this run
         self.sent: dict[tuple[str, str, int], AlertDelivery] = {}
-        #: idle minutes at which direct targets remind, per class ('' = none)
+        #: idle minutes at which direct targets remind, per class ('' = none), for alerts
+        #: that carry no policy (the stream's own marks, Alert.policy, come first)
         self.reminders: dict[str, tuple[int, ...]] = {}
         #: alerts whose last delivered state is not resolved, by id (Alertmanager re-sends)
         self.active: dict[str, Alert] = {}
@@ -121,8 +122,14 @@ class AlertTarget(BatchingSink):
         resolve it has not."""
         if alert.state is not AlertState.UPDATE:
             return None
-        cls = alert.workload_class.value if alert.workload_class else ""
-        due = [m for m in self.reminders.get(cls, ()) if alert.idle_minutes >= m]
+        p = alert.policy
+        if p is not None and (p.rule is not None or p.remind_minutes):
+            marks = p.remind_minutes  # what the stream judged it by, a rule's marks included
+        else:  # no marks from the stream (or an alert from before alerts carried a policy)
+            marks = self.reminders.get(
+                alert.workload_class.value if alert.workload_class else "", ()
+            )
+        due = [m for m in marks if alert.idle_minutes >= m]
         opened = self.sent.get((alert.alert_id, AlertState.OPEN.value, 0))
         if not due or opened is None or opened.outcome is not DeliveryOutcome.DELIVERED:
             return None

@@ -62,10 +62,18 @@ def from_slurm(ev: SlurmJobEvent) -> list[AllocationEvent]:
             team=ev.account,
             name=ev.job_name,
             time_limit_s=ev.time_limit_s,
+            partition=ev.partition,
+            labels=slurm_labels(ev),
         )
         for n in ev.nodes
         if n.gpu_indices
     ]
+
+
+def slurm_labels(ev: SlurmJobEvent) -> dict[str, str]:
+    """What the idle policy's rules may match of a job besides its fields."""
+    pairs = (("slurm.account", ev.account), ("slurm.qos", ev.qos))
+    return {k: v for k, v in pairs if v is not None}
 
 
 def pod_class(ev: K8sPodEvent) -> WorkloadClass:
@@ -97,6 +105,7 @@ def from_pod(ev: K8sPodEvent) -> list[AllocationEvent]:
             gang_size=ev.gang_size,
             name=ev.name,
             namespace=ev.namespace,
+            labels=ev.labels,
         )
     ]
 

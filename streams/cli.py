@@ -174,7 +174,7 @@ def idle_config(idle: Any, threshold: float | None = None, minutes: int | None =
     """The stream's IdleConfig from the idle settings (IdleSettings), with the flags' overrides
     of the defaults (per-class values stay as configured)."""
     from schemas.errors import ConfigError
-    from streams.detect_idle import Exemption, IdleConfig
+    from streams.idle_policy import Exemption, IdleConfig, Rule, match_fields
 
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"--idle-threshold must be between 0 and 1, got {threshold}")
@@ -185,7 +185,25 @@ def idle_config(idle: Any, threshold: float | None = None, minutes: int | None =
         minutes=idle.minutes if minutes is None else minutes,
         per_class_threshold={k.value: v for k, v in idle.class_thresholds.items()},
         per_class_minutes={k.value: v for k, v in idle.class_minutes.items()},
-        exempt=tuple(Exemption(**e.model_dump(mode="json")) for e in idle.exempt),
+        exempt=tuple(
+            Exemption(
+                **match_fields(e.model_dump(mode="json")),
+                younger_than_minutes=e.younger_than_minutes,
+            )
+            for e in idle.exempt
+        ),
+        remind_minutes=tuple(idle.remind_minutes),
+        per_class_remind={k.value: tuple(v) for k, v in idle.class_remind_minutes.items()},
+        rules=tuple(
+            Rule(
+                **match_fields(r.model_dump(mode="json")),
+                id=r.id or f"rules[{i}]",
+                threshold=r.threshold,
+                minutes=r.minutes,
+                remind_minutes=tuple(r.remind_minutes) if r.remind_minutes is not None else None,
+            )
+            for i, r in enumerate(idle.rules)
+        ),
     )
 
 

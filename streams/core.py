@@ -286,7 +286,7 @@ class NodeCore:
         return out
 
     def _minute(self, m0: int) -> list[GpuMinute]:
-        return minute_rows(self.state, m0)
+        return minute_rows(self.state, m0, self.cfg.idle.for_alloc)
 
     def _prune(self, closed: int, out: Output) -> None:
         """Forget what no minute from ``closed`` on can need."""

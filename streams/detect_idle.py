@@ -15,68 +15,13 @@ a multi-node allocation into one alert.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
-
 from schemas.clock import HOUR_S, MINUTE_MS, MINUTE_S, at
 from schemas.models import Alert, GpuMinute
 from schemas.types import AlertKind, AlertState, Scheduler, WorkloadClass, format_utc
+from streams.idle_policy import Exemption, IdleConfig
 from streams.state import AllocState, Episode, IdleRun, IdleState
 
-
-@dataclass(frozen=True)
-class Exemption:
-    """Allocations whose idle GPUs open no alert: every pattern given (shell-style, ``*``)
-    must match the allocation's field, and with ``younger_than_minutes`` only while the
-    allocation is younger than that (a short interactive session). The minutes still count
-    as idle in the warehouse: the waste is real, nobody is told of it."""
-
-    cluster: str | None = None
-    scheduler: str | None = None
-    workload_class: str | None = None
-    namespace: str | None = None
-    owner: str | None = None
-    team: str | None = None
-    name: str | None = None
-    younger_than_minutes: int | None = None
-
-    def covers(self, alloc: AllocState, now_ms: int) -> bool:
-        fields = (
-            (self.cluster, alloc["cluster"]),
-            (self.scheduler, alloc["scheduler"]),
-            (self.workload_class, alloc["cls"]),
-            (self.namespace, alloc["namespace"]),
-            (self.owner, alloc["owner"]),
-            (self.team, alloc["team"]),
-            (self.name, alloc["name"]),
-        )
-        for pattern, value in fields:
-            if pattern is not None and (value is None or not fnmatchcase(value, pattern)):
-                return False
-        if self.younger_than_minutes is not None:
-            start = alloc["start"]
-            return start is not None and now_ms - start < self.younger_than_minutes * MINUTE_MS
-        return True
-
-
-@dataclass(frozen=True)
-class IdleConfig:
-    threshold: float = 0.05
-    minutes: int = 10
-    per_class_threshold: dict[str, float] = field(default_factory=dict)
-    per_class_minutes: dict[str, int] = field(default_factory=dict)
-    update_every: int = 5  # minutes between update records of an open alert
-    exempt: tuple[Exemption, ...] = ()
-
-    def exempted(self, alloc: AllocState | None, now_ms: int) -> bool:
-        return alloc is not None and any(e.covers(alloc, now_ms) for e in self.exempt)
-
-    def for_class(self, cls: str | None) -> tuple[float, int]:
-        key = cls or ""
-        return (
-            self.per_class_threshold.get(key, self.threshold),
-            self.per_class_minutes.get(key, self.minutes),
-        )
+__all__ = ["Exemption", "IdleConfig", "is_idle_minute", "observe"]
 
 
 def is_idle_minute(row: GpuMinute, threshold: float) -> bool:
@@ -105,21 +50,24 @@ def observe(
     for r in rows:
         if r.allocation_id is None:
             continue
-        thr, _ = cfg.for_class(r.workload_class)
+        thr = (
+            r.idle_threshold if r.idle_threshold is not None else cfg.for_class(r.workload_class)[0]
+        )
         key = f"{r.allocation_id}|{r.gpu_uuid}"
         seen[key] = seen.get(key, False) or is_idle_minute(r, thr)
     out: list[Alert] = []
     for key in sorted(set(runs) | set(seen)):
         alloc_id, gpu = key.split("|", 1)
         alloc = allocs.get(alloc_id)
-        _, need = cfg.for_class(alloc["cls"] if alloc is not None else None)
+        need = cfg.for_alloc(alloc).minutes
         if seen.get(key):
             run = runs.setdefault(key, [minute_ms, 0])
             run[1] += 1
             if run[1] >= need and not cfg.exempted(alloc, end):
                 _qualify(
-                    episodes, alloc_id, gpu, run=run, end=end, node=node, allocs=allocs, out=out
-                )
+                    episodes, alloc_id, gpu, run=run, end=end, node=node, allocs=allocs, out=out,
+                    cfg=cfg,
+                )  # fmt: skip
             continue
         run_ = runs.pop(key, None)
         if run_ is not None and run_[1] >= need and alloc_id in episodes:
@@ -130,10 +78,10 @@ def observe(
         ep = episodes[alloc_id]
         live = [r for k, r in runs.items() if k.split("|", 1)[0] == alloc_id and r[0] <= ep["end"]]
         if not live:
-            out.append(_alert(ep, AlertState.RESOLVED, end, allocs, node, resolved=True))
+            out.append(_alert(ep, AlertState.RESOLVED, end, allocs, node, cfg=cfg, resolved=True))
             del episodes[alloc_id]
         elif (end - ep["opened"]) // MINUTE_MS % cfg.update_every == 0 and end > ep["opened"]:
-            out.append(_alert(ep, AlertState.UPDATE, end, allocs, node, runs=runs))
+            out.append(_alert(ep, AlertState.UPDATE, end, allocs, node, cfg=cfg, runs=runs))
     return out
 
 
@@ -147,10 +95,11 @@ def _qualify(
     node: str,
     allocs: dict[str, AllocState],
     out: list[Alert],
+    cfg: IdleConfig,
 ) -> None:
     ep = episodes.get(alloc_id)
     if ep is not None and run[0] > ep["end"]:  # cannot merge: the old episode is over
-        out.append(_alert(ep, AlertState.RESOLVED, end, allocs, node, resolved=True))
+        out.append(_alert(ep, AlertState.RESOLVED, end, allocs, node, cfg=cfg, resolved=True))
         ep = None
     if ep is None:
         ep = episodes[alloc_id] = {
@@ -161,13 +110,15 @@ def _qualify(
             "gpus": [gpu],
             "done_s": 0,
         }
-        out.append(_alert(ep, AlertState.OPEN, end, allocs, node, runs={f"{alloc_id}|{gpu}": run}))
+        out.append(
+            _alert(ep, AlertState.OPEN, end, allocs, node, cfg=cfg, runs={f"{alloc_id}|{gpu}": run})
+        )
         return
     ep["end"] = max(ep["end"], end)
     if gpu not in ep["gpus"]:
         ep["gpus"] = sorted([*ep["gpus"], gpu])
         runs = {f"{alloc_id}|{gpu}": run}
-        out.append(_alert(ep, AlertState.UPDATE, end, allocs, node, runs=runs))
+        out.append(_alert(ep, AlertState.UPDATE, end, allocs, node, cfg=cfg, runs=runs))
 
 
 def _alert(
@@ -177,6 +128,7 @@ def _alert(
     allocs: dict[str, AllocState],
     node: str,
     *,
+    cfg: IdleConfig,
     runs: dict[str, IdleRun] | None = None,
     resolved: bool = False,
 ) -> Alert:
@@ -210,4 +162,5 @@ def _alert(
         idle_minutes=(ep["end"] - ep["start"]) // MINUTE_MS,
         idle_gpu_hours=idle_s / HOUR_S,
         message=f"{len(ep['gpus'])} GPU(s) idle since {format_utc(start)}",
+        policy=cfg.for_alloc(meta),
     )

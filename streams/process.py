@@ -117,8 +117,13 @@ class Processor:
     def _tick(self, watermark_ms: int, *, final: bool = False) -> list[Alert]:
         need: dict[str, int] = {}
         for aid, m in self.merger.state.items():
-            cls = m["last"].get("workload_class")
-            need[aid] = 0 if final else self.cfg.idle.for_class(cls)[1] * MINUTE_MS
+            # the minutes the alert was judged by (its policy), else its class's
+            policy = m["last"].get("policy")
+            if policy is not None:
+                minutes = policy["minutes"]
+            else:
+                minutes = self.cfg.idle.for_class(m["last"].get("workload_class"))[1]
+            need[aid] = 0 if final else minutes * MINUTE_MS
         return self.merger.tick(watermark_ms, need)
 
     def counts(self) -> dict[str, int]:

@@ -10,12 +10,13 @@ again and compares.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 
 from schemas.clock import MINUTE_MS, SECOND_MS, at
 from schemas.fast import trusted
-from schemas.models import GpuMinute
+from schemas.models import GpuMinute, IdlePolicy
 from schemas.types import ActivityMetric, Scheduler, WorkloadClass
 from streams import window as W
 from streams.state import AllocState, NodeState
@@ -48,7 +49,9 @@ def held(s: NodeState, a: AllocState) -> list[str]:
     return learned + fill
 
 
-def minute_rows(s: NodeState, m0: int) -> list[GpuMinute]:
+def minute_rows(
+    s: NodeState, m0: int, policy: Callable[[AllocState], IdlePolicy]
+) -> list[GpuMinute]:
     m1 = m0 + MINUTE_MS
     spans: dict[str, list[tuple[str, int, int]]] = {}
     for aid, a in sorted(s["allocs"].items()):
@@ -67,13 +70,14 @@ def minute_rows(s: NodeState, m0: int) -> list[GpuMinute]:
         mine = spans.get(g, ())
         for aid, lo, hi in mine:
             u = W.usage([(lo, hi)], eff)
-            rows.append(row(s, g, minute, u, span_ms=hi - lo, a=s["allocs"][aid]))
+            a = s["allocs"][aid]
+            rows.append(row(s, g, minute, u, span_ms=hi - lo, a=a, policy=policy(a)))
         if g in known:
             free = W.complement([(lo, hi) for _, lo, hi in mine], max(m0, known[g]), m1)
             if free:
                 free_ms = sum(e - b for b, e in free)
                 u = W.usage(free, eff)
-                rows.append(row(s, g, minute, u, span_ms=free_ms, a=None))
+                rows.append(row(s, g, minute, u, span_ms=free_ms, a=None, policy=None))
     return rows
 
 
@@ -85,6 +89,7 @@ def row(
     *,
     span_ms: int,
     a: AllocState | None,
+    policy: IdlePolicy | None,
 ) -> GpuMinute:
     secs = span_ms / SECOND_MS
     avg = u.activity_avg
@@ -111,5 +116,7 @@ def row(
             "owner": a["owner"] if a else None,
             "team": a["team"] if a else None,
             "gang_id": a["gang_id"] if a else None,
+            "idle_threshold": policy.threshold if policy else None,
+            "idle_after_minutes": policy.minutes if policy else None,
         },
     )

@@ -41,10 +41,13 @@ class AllocState(TypedDict):
     #: once its minute closes with still no start
     orphan: dict[str, Any] | None
     events: list[str]  # event ids applied (duplicates are ignored)
+    #: only when the event gave them (snapshots of allocations without stay as they were)
+    partition: NotRequired[str]
+    labels: NotRequired[dict[str, str]]
 
 
 def new_alloc_state(ev: AllocationEvent) -> AllocState:
-    return {
+    st: AllocState = {
         "id": ev.allocation_id,
         "cluster": ev.cluster,
         "scheduler": ev.scheduler.value,
@@ -62,6 +65,11 @@ def new_alloc_state(ev: AllocationEvent) -> AllocState:
         "orphan": None,
         "events": [],
     }
+    if ev.partition is not None:
+        st["partition"] = ev.partition
+    if ev.labels:
+        st["labels"] = dict(ev.labels)
+    return st
 
 
 class Episode(TypedDict):

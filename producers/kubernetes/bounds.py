@@ -18,6 +18,7 @@ import sys
 import types
 import typing
 from collections.abc import Collection, Mapping
+from fnmatch import fnmatchcase
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -25,12 +26,14 @@ from pydantic import BaseModel, ValidationError
 from schemas import DeadLetter, K8sPodEvent, utc_now
 from schemas.errors import InvalidRecord
 from schemas.topics import K8S_PODS
-from schemas.types import MAX_GANG_SIZE, DeadLetterKind
+from schemas.types import MAX_GANG_SIZE, MAX_LABELS, DeadLetterKind
 
 CONSUMER = "kubernetes-producer"
 #: what follows a truncated value: a digest of the whole one, so two long values that share
 #: their first few thousand characters (two gangs, two owners) stay two values downstream
 MARKER = "...[truncated sha256:"
+#: the schema's bounds on a label (schemas.types.LabelKey, LabelValue)
+MAX_LABEL_KEY, MAX_LABEL_VALUE = 317, 256
 #: a pod is kept for the record up to this much of its JSON (``DeadLetter.value_b64``)
 DEAD_VALUE_BYTES = 262_144
 
@@ -105,6 +108,21 @@ def str_map(value: object, keys: Collection[str] | None = None) -> dict[str, str
         picked = ((k, value.get(k)) for k in keys)
         return {k: v for k, v in picked if isinstance(v, str)}
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def carried(labels: Mapping[str, str], patterns: Collection[str]) -> tuple[tuple[str, str], ...]:
+    """The labels whose key matches one of ``patterns`` (shell-style), as sorted pairs: at most
+    MAX_LABELS, and none past the schema's bounds (the API server checks label syntax, so
+    only a non-Kubernetes source gets there; such a label is left out, the pod is kept)."""
+    if not patterns:
+        return ()
+    keep = sorted(
+        (k, v)
+        for k, v in labels.items()
+        if len(k) <= MAX_LABEL_KEY and len(v) <= MAX_LABEL_VALUE
+        and any(fnmatchcase(k, p) for p in patterns)
+    )  # fmt: skip
+    return tuple(keep[:MAX_LABELS])
 
 
 def why(exc: BaseException) -> tuple[DeadLetterKind, str]:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from gpugap.classify import Owner, classify_pod, gang_of, owner_and_team
 from gpugap.settings import Settings
 from producers.base import Producer
+from producers.kubernetes.bounds import carried, str_map
 from producers.kubernetes.handoff import Handoff
 from producers.kubernetes.ledger import Ledger
 from producers.kubernetes.owners import OwnerResolver, client_fetch, owner_map_keys
@@ -93,6 +94,7 @@ def make_enricher(k8s: KubernetesSettings, resolver: OwnerResolver) -> Enricher:
             team=team,
             gang_id=gang_id,
             gang_size=gang_size,
+            labels=carried(str_map(labels), k8s.carry_labels),
         )
 
     return enrich

@@ -41,6 +41,11 @@ class KubernetesSettings(BaseSettings):
         description="labels (then annotations) naming the owner, pod first, then its owners",
     )
     team_labels: CommaList = Field(default_factory=lambda: ["gpugap.io/team", "team"])
+    carry_labels: CommaList = Field(
+        default_factory=lambda: ["gpugap.io/*"],
+        description="pod labels (shell-style keys) carried on the pod's records, for the idle "
+        "policy's rules (GPUGAP_IDLE_RULES labels); at most 32 a pod",
+    )
     team_from_namespace: bool = Field(default=True, description="no team label: the namespace")
     class_label: str = CLASS_LABEL
     class_rules: list[ClassRule] = Field(default_factory=list, description="JSON list of rules")
@@ -52,5 +57,5 @@ class KubernetesSettings(BaseSettings):
 
     _lists = field_validator(
         "namespaces", "gpu_resources", "gpu_resource_prefixes", "owner_labels", "team_labels",
-        mode="before",
+        "carry_labels", mode="before",
     )(comma_list)  # fmt: skip

@@ -57,6 +57,8 @@ class Enrichment:
     team: str | None = None
     gang_id: str | None = None
     gang_size: int | None = None
+    #: the carried labels (GPUGAP_K8S_CARRY_LABELS), sorted (key, value) pairs
+    labels: tuple[tuple[str, str], ...] = ()
 
     def bounded(self) -> Enrichment:
         """Within the schema's bounds: long values truncated with a marker (``bounds.fit``),
@@ -155,7 +157,7 @@ class Tracker:
             st.resource_version = e.resource_version
             st.enrichment = Enrichment(
                 e.owner_kind, e.owner_name, e.workload_class, e.owner, e.team, e.gang_id,
-                e.gang_size,
+                e.gang_size, tuple(sorted(e.labels.items())),
             )  # fmt: skip
             self.pods[e.uid] = st
 
@@ -288,6 +290,7 @@ class Tracker:
             gang_id=e.gang_id,
             gang_size=e.gang_size,
             resource_version=st.resource_version,
+            labels=dict(e.labels),
         )
         st.mark(kind)  # once the record exists: one that could not be made is not taken as sent
         return event

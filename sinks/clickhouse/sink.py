@@ -53,6 +53,8 @@ MINUTE_COLUMNS = [
     "power_dw",
     "sample_count",
     "no_samples",
+    "idle_threshold_bp",
+    "idle_after_minutes",
     "ingested_at",
 ]
 ALLOCATION_COLUMNS = [
@@ -129,7 +131,8 @@ DEAD_LETTER_COLUMNS = [
 # ClickHouse codes meaning "this data is wrong", as opposed to "try again later"
 _DATA_ERROR_CODES = {6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 321, 386, 457}
 
-# idle minutes by the class's threshold in idle_policy (the stream's, from GPUGAP_IDLE_*)
+# idle minutes by the threshold the stream stamped on the minute (its policy), else, for rows
+# from before, by the class's in idle_policy (the stream's, from GPUGAP_IDLE_*)
 ROLLUP = """
 INSERT INTO gpu_hours
 SELECT toStartOfHour(m.minute) AS hour, m.cluster, m.node, m.gpu_uuid, m.allocation_id,
@@ -137,7 +140,8 @@ SELECT toStartOfHour(m.minute) AS hour, m.cluster, m.node, m.gpu_uuid, m.allocat
     sum(m.allocated_ms) / 1000, sumIf(m.allocated_ms, m.no_samples = 1) / 1000,
     sum(m.unallocated_ms) / 1000, sum(m.consumed_ms) / 1000, count(),
     countIf(m.allocated_ms > 0 AND m.no_samples = 0
-        AND m.consumed_ms < p.threshold * m.allocated_ms),
+        AND m.consumed_ms < if(m.idle_after_minutes > 0, m.idle_threshold_bp / 10000,
+            p.threshold) * m.allocated_ms),
     max(m.activity_max_bp) / 10000, now64(3)
 FROM (
     SELECT * FROM gpu_minutes FINAL WHERE minute >= {start:DateTime} AND minute < {end:DateTime}
@@ -199,6 +203,8 @@ def minute_row(m: GpuMinute, now: datetime) -> list[Any]:
         min(round((m.power_w_avg or 0.0) * 10), 65_535),
         min(m.sample_count, 255),
         int(m.no_samples),
+        round(m.idle_threshold * 10_000) if m.idle_threshold is not None else 0,
+        min(m.idle_after_minutes or 0, 65_535),
         now,
     ]
 

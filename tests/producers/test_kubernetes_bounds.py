@@ -351,3 +351,30 @@ def test_a_reported_pod_whose_next_version_is_unreadable_still_gets_its_running_
     [dead] = t.take_dead()
     assert dead.kind is DeadLetterKind.MALFORMED and "ml/p" in dead.reason
     assert t.pods == {}
+
+
+def test_the_labels_the_idle_rules_read_are_carried_bounded_to_the_allocation() -> None:
+    """GPUGAP_K8S_CARRY_LABELS (default gpugap.io/*): those labels ride on the pod's records
+    and its allocation events, at most 32, sorted; others and oversized ones stay behind."""
+    from producers.kubernetes.owners import OwnerResolver
+    from producers.kubernetes.producer import make_enricher
+    from producers.kubernetes.resources import GpuRule
+    from producers.kubernetes.settings import KubernetesSettings
+    from producers.kubernetes.tracker import Tracker
+    from streams.allocate import from_pod
+
+    labels = {f"gpugap.io/l{i:02d}": f"v{i}" for i in range(40)}
+    labels |= {"app": "web", "gpugap.io/idle": "relaxed", "gpugap.io/big": "x" * 300}
+    k8s = KubernetesSettings()
+    rule = GpuRule(k8s.gpu_resources, k8s.gpu_resource_prefixes)
+    t = Tracker("test", rule, make_enricher(k8s, OwnerResolver(lambda *_: None, rule)))
+    events = t.observe("ADDED", pod("p", labels=labels))
+    assert events
+    carried = events[0].labels
+    assert len(carried) == 32 and "app" not in carried and "gpugap.io/big" not in carried
+    assert list(carried) == sorted(carried) and carried["gpugap.io/idle"] == "relaxed"
+    [alloc] = from_pod(events[-1])
+    assert alloc.labels == carried
+    none = KubernetesSettings(carry_labels=[])
+    bare = Tracker("test", rule, make_enricher(none, OwnerResolver(lambda *_: None, rule)))
+    assert bare.observe("ADDED", pod("q", labels=labels))[0].labels == {}

@@ -20,6 +20,7 @@ from gpugap.kafka.publish import KafkaPublisher
 from gpugap.settings import KafkaSettings
 from schemas import Alert
 from schemas.examples import one_of_each
+from schemas.models import IdlePolicy
 from schemas.topics import ALERTS, DELIVERIES
 from schemas.types import AlertState, DeliveryOutcome, WorkloadClass
 from tests.conftest import read_topic
@@ -129,8 +130,12 @@ def test_reminders_once_per_mark_and_only_the_latest_after_an_outage(
     kafka: KafkaSettings, tmp_path: Path
 ) -> None:
     """GPUGAP_IDLE_REMIND_MINUTES=15,30 (interactive: 20): an update past a mark reminds once;
-    one that jumps past two marks reminds once; nothing after the resolve."""
+    one that jumps past two marks reminds once; nothing after the resolve. An alert whose
+    policy a rule set (Alert.policy, from the stream) reminds at the rule's marks."""
     out = tmp_path / "console.txt"
+    ruled = alert("r1", "open", 10).model_copy(
+        update={"policy": IdlePolicy(threshold=0.05, minutes=10, remind_minutes=(25,), rule="r")}
+    )
     batch = alert("b1", "open", 10).model_copy(update={"workload_class": WorkloadClass.BATCH})
     notebook = alert("n1", "open", 10).model_copy(
         update={"workload_class": WorkloadClass.INTERACTIVE}
@@ -150,12 +155,15 @@ def test_reminders_once_per_mark_and_only_the_latest_after_an_outage(
         [
             batch,
             notebook,
+            ruled,
+            step(ruled, "update", 16),  # the rule's mark is 25, not the class's 15
             step(batch, "update", 12),  # no mark yet
             step(batch, "update", 16),  # 15: remind
             step(notebook, "update", 16),  # interactive's first mark is 20
             step(batch, "update", 21),
             step(batch, "update", 16),  # re-delivered: already reminded
             step(notebook, "update", 40),  # past 20 (and 15, 30 are not its marks): once
+            step(ruled, "update", 26),  # past the rule's 25
             step(batch, "update", 45),  # past 30: remind
             step(batch, "resolved", 50),
             step(batch, "update", 60),  # after the resolve: nothing
@@ -168,7 +176,7 @@ def test_reminders_once_per_mark_and_only_the_latest_after_an_outage(
         GPUGAP_IDLE_CLASS_REMIND_MINUTES='{"interactive": [20]}',
     )
     try:
-        notifier.wait_for(6)
+        notifier.wait_for(8)
         time.sleep(3)
         lines = notifier.lines()
     finally:
@@ -177,12 +185,14 @@ def test_reminders_once_per_mark_and_only_the_latest_after_an_outage(
     assert heads == [
         "[alert] GPUs idle: owner-b1 on prod",
         "[alert] GPUs idle: owner-n1 on prod",
+        "[alert] GPUs idle: owner-r1 on prod",
         "[alert] Still, after 16 min: GPUs idle: owner-b1 on prod",
         "[alert] Still, after 40 min: GPUs idle: owner-n1 on prod",
+        "[alert] Still, after 26 min: GPUs idle: owner-r1 on prod",
         "[alert] Still, after 45 min: GPUs idle: owner-b1 on prod",
         "[alert] Resolved: GPUs idle: owner-b1 on prod",
     ], heads
-    deliveries = asyncio.run(read_topic(kafka, DELIVERIES, 6, settle_s=1.0))
+    deliveries = asyncio.run(read_topic(kafka, DELIVERIES, 8, settle_s=1.0))
     marks = sorted((d.alert_id, d.state.value, d.reminder_minutes) for d in deliveries)
     assert marks == [
         ("b1", "open", None),
@@ -191,6 +201,8 @@ def test_reminders_once_per_mark_and_only_the_latest_after_an_outage(
         ("b1", "update", 30),
         ("n1", "open", None),
         ("n1", "update", 20),
+        ("r1", "open", None),
+        ("r1", "update", 25),
     ]
 
 

@@ -218,6 +218,47 @@ def test_the_idle_policy_the_sink_writes_is_the_one_rollups_and_v_idle_now_use(
         c.close()
 
 
+def test_rollups_and_v_idle_now_judge_by_the_policy_stamped_on_each_minute(
+    clickhouse: ClickHouseSettings,
+) -> None:
+    """GPUGAP_IDLE_RULES: the stream stamps each minute with the threshold it judged by; the
+    warehouse uses that, not the class's (batch: 0.05 here): slurm/c/1 under a rule's 0.6 is
+    idle on both GPUs, slurm/c/2 (activity 0.008) under a rule's 0.001 on none."""
+    stamp = {"slurm/c/1": (0.6, 5), "slurm/c/2": (0.001, 10)}
+    rows = [
+        r.model_copy(
+            update={"idle_threshold": stamp[r.allocation_id][0],
+                    "idle_after_minutes": stamp[r.allocation_id][1]}
+        )
+        if isinstance(r, GpuMinute) and r.allocation_id
+        else r
+        for r in records()
+    ]  # fmt: skip
+
+    async def store() -> None:
+        sink = ClickHouseSink(clickhouse)
+        await sink.start()
+        await sink.write(rows)
+        await sink.close()
+
+    asyncio.run(store())
+    c = connect(clickhouse)
+    try:
+        idle = c.query("SELECT allocation_id FROM v_idle_now ORDER BY 1").result_rows
+        assert idle == [("slurm/c/1",)]
+        gap = c.query(
+            "SELECT allocation_id, idle_gpu_h FROM v_capacity_gap_daily ORDER BY allocation_id"
+        ).result_rows
+        assert gap == [("slurm/c/1", 4.0), ("slurm/c/2", 0.0)]
+        stored = c.query(
+            "SELECT DISTINCT allocation_id, idle_threshold_bp, idle_after_minutes FROM gpu_minutes"
+            " ORDER BY 1"
+        ).result_rows
+        assert stored == [("", 0, 0), ("slurm/c/1", 6000, 5), ("slurm/c/2", 10, 10)]
+    finally:
+        c.close()
+
+
 def test_deliveries_are_the_audit_trail_per_alert_and_target(
     clickhouse: ClickHouseSettings,
 ) -> None:

@@ -57,6 +57,8 @@ def test_slurm_job_becomes_one_event_per_gpu_node() -> None:
         "train",
         7200,
     )
+    # what the idle policy's rules match besides (GPUGAP_IDLE_RULES partition, labels)
+    assert (e.partition, e.labels) == ("gpu", {"slurm.account": "vision"})
     end = from_slurm(job("end"))
     assert [(x.kind, x.time) for x in end] == [(LifecycleKind.END, T("11:00:00"))] * 2
 

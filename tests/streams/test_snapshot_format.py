@@ -23,6 +23,8 @@ from streams.process import Processor
 from tests.streams.helpers import Null, T, pod, samples, slurm
 
 GOLDEN = Path(__file__).with_name("snapshot_golden.json")
+#: what 0.1.0 wrote (before alerts carried their idle policy): must restore too
+GOLDEN_0_1 = Path(__file__).with_name("snapshot_golden_0.1.json")
 CFG = CoreConfig(idle=IdleConfig(minutes=3))
 CUT = "10:16:00"  # the snapshot is taken after the records up to here
 
@@ -120,6 +122,28 @@ def test_a_checkpoint_written_before_restores_and_goes_on_alike() -> None:
     _, after = up_to(CUT)
     assert feed(restored.proc, after) == feed(original.proc, after)
     assert written(restored) == written(original)
+
+
+def test_a_0_1_checkpoint_restores_and_goes_on_alike_but_for_the_policy() -> None:
+    """0.1.0's merged alerts hold no ``policy``: restored, they go on as before, and the one
+    alert built from the restored state alone (the merged resolve) lacks only its policy."""
+    old = json.loads(GOLDEN_0_1.read_text())
+    assert "policy" not in old["meta"]
+    restored = Join(Null(), "", CFG)
+    restored.restore({k.encode(): zlib.compress(v.encode()) for k, v in old.items()})
+    original, _ = snapshot_now()
+    _, after = up_to(CUT)
+    got = [json.loads(x) for x in feed(restored.proc, after)]
+    want = [json.loads(x) for x in feed(original.proc, after)]
+    assert len(got) == len(want) and got
+    differ = 0
+    for g, w in zip(got, want, strict=True):
+        if g.get("policy") != w.get("policy"):
+            differ += 1
+            assert g["policy"] is None and w["policy"]["minutes"] == 3
+            g["policy"] = w["policy"] = None
+        assert g == w
+    assert differ <= 1
 
 
 if __name__ == "__main__":
