@@ -1,7 +1,7 @@
 """``python -m benchmarks SUBJECT [options]`` (``make bench``): figures printed side by side with
 their baselines. Benchmarks run from a source checkout; nothing in the installed package
-imports them. Subjects with their own options (endpoint, fuzz, core, slurm-hook) take them
-after the subject: ``python -m benchmarks fuzz --hostile 1000``."""
+imports them. Subjects with their own options (endpoint, fuzz, core, slurm-hook,
+kubernetes-real, bi) take them after the subject: ``python -m benchmarks fuzz --hostile 1000``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ OWN_OPTIONS = {
     "fuzz": "benchmarks.fuzz",
     "core": "benchmarks.core",
     "slurm-hook": "benchmarks.slurm_hook",
+    # the Kubernetes producer against a real kube-apiserver + etcd, beside the test server
+    "kubernetes-real": "benchmarks.kubernetes_real",
+    # the report's views through the BI drivers (tests/bi/drivers.py) beside clickhouse-connect
+    "bi": "benchmarks.bi",
 }
 
 

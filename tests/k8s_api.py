@@ -1,5 +1,14 @@
 """A Kubernetes API server for tests: the real wire protocol for pods, in a thread.
 
+Kept only for what a real apiserver cannot be made to do on demand: a connection that never
+answers or streams that go silent (``hang``), a malformed or non-event watch line, a watch
+held back to script exactly what a gap contains (``pause``), ERROR 410 in the stream versus a
+silently closed one (``expire``), an expired list continuation, 100,000-GPU or otherwise
+invalid pods the real API refuses, and benchmarks that need no build. Everything a real
+apiserver can do (lifecycles through pods/binding and status, owner references, RBAC, paged
+lists, 410 after a restart or compaction, outages) is tested against one:
+tests/kube_apiserver.py and tests/producers/test_kubernetes_real.py.
+
 Speaks what the kubernetes client sends and expects (../shared/reference/stack.md):
 - ``GET /api/v1/pods`` and ``/api/v1/namespaces/{ns}/pods``: a ``PodList`` with
   ``metadata.resourceVersion``; ``limit``/``continue`` pages from one consistent snapshot

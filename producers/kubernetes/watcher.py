@@ -37,6 +37,10 @@ from schemas.errors import MalformedRecord
 log = logging.getLogger(__name__)
 
 
+#: consecutive 401/403 answers, before the first list, that make the producer give up
+REFUSALS = 3
+
+
 class Expired(Exception):
     """410 Gone: the resourceVersion (or list continuation) is too old to resume from."""
 
@@ -115,6 +119,7 @@ class Watcher(threading.Thread):
         from kubernetes.client.exceptions import ApiException
 
         listed_once = False
+        refused = 0
         while not self.stopping.is_set():
             try:
                 if self.rv is None:
@@ -133,7 +138,10 @@ class Watcher(threading.Thread):
             except Stopped:
                 return
             except ApiException as exc:
-                if exc.status in (401, 403) and not listed_once:
+                # a restarted apiserver answers 403 until its RBAC caches are filled (seen on a
+                # real one): refused several times in a row before any list is the real thing
+                refused = refused + 1 if exc.status in (401, 403) else 0
+                if refused >= REFUSALS and not listed_once:
                     raise PermissionError(
                         f"listing pods{self._where} was refused ({exc.status} {exc.reason}): "
                         "check the kubeconfig or the RBAC (deploy/kubernetes-producer-rbac.yaml)"
