@@ -52,6 +52,12 @@ def trailing_format(sql: str) -> str | None:
     return m.group(1) if m else None
 
 
+def strip_trailing_format(sql: str) -> str:
+    """``sql`` without its trailing ``FORMAT name`` (and semicolon), if it has one."""
+    m = _FORMAT_AT_END.search(mask(sql))
+    return sql[: m.start()].rstrip() if m else strip_trailing_semicolon(sql)
+
+
 def strip_trailing_semicolon(sql: str) -> str:
     masked = mask(sql).rstrip()
     if masked.endswith(";"):

@@ -12,21 +12,14 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from gpugap.services.clickhouse import blocks
 from gpugap.services.clickhouse.engine import EngineError
 
 CHUNK = 1 << 20  # raw bytes per read, and decompressed bytes per step
 
 
-class TooLarge(EngineError):
-    def __init__(self, what: str, limit: int) -> None:
-        query = "query" in what
-        super().__init__(
-            f"{what} is larger than {limit} bytes (the endpoint's limit, GPUGAP_CLICKHOUSE_SERVE_"
-            f"{'MAX_QUERY_BYTES' if query else 'MAX_INSERT_BYTES'})",
-            62 if query else 241,
-            "SYNTAX_ERROR" if query else "MEMORY_LIMIT_EXCEEDED",
-        )
-        self.status = 413
+# re-exported: the endpoint's one error for a body past its limit
+TooLarge = blocks.TooLarge
 
 
 class _Frames(Protocol):  # the decompressors, behind one face
@@ -113,6 +106,14 @@ def _factory(encoding: str) -> Callable[[], _Frames] | None:
         return lambda: _Std(zstd.ZstdDecompressor())
     if encoding == "br":
         return _Brotli
+    if encoding == "xz":
+        import lzma
+
+        return lambda: _Std(lzma.LZMADecompressor())
+    if encoding in ("bz2", "bzip2"):
+        import bz2
+
+        return lambda: _Std(bz2.BZ2Decompressor())
     return None
 
 
@@ -155,11 +156,25 @@ async def chunks(
     what: str,
     timeout_s: float,
     executor: Executor | None = None,
+    unframe: bool = False,
+    verify: bool = True,
 ) -> AsyncIterator[bytes]:
     """The decompressed body, chunk by chunk; TooLarge past ``limit`` bytes (decompressed), a
-    timeout when the client sends nothing for ``timeout_s``."""
+    timeout when the client sends nothing for ``timeout_s``. With ``unframe`` (decompress=1)
+    the body, once its Content-Encoding is undone, is ClickHouse's block compression
+    (blocks.py): frames checked against their checksums unless ``verify`` is off."""
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     inflater = None if encoding in ("", "identity") else Inflater(encoding)
+    unframer = blocks.Unframer(limit, what, verify) if unframe else None
+
+    def decode(chunk: bytes) -> Iterator[bytes]:
+        pieces = inflater.feed(chunk) if inflater is not None else iter((chunk,))
+        if unframer is None:
+            yield from pieces
+            return
+        for piece in pieces:
+            yield from unframer.feed(piece)
+
     loop = asyncio.get_running_loop()
     raw = request.content
     total = 0
@@ -176,7 +191,7 @@ async def chunks(
                 ) from None
             if not chunk:
                 break
-            if inflater is None:
+            if inflater is None and unframer is None:
                 total += len(chunk)
                 if total > limit:
                     raise TooLarge(what, limit)
@@ -184,7 +199,7 @@ async def chunks(
                 continue
             # piece by piece, off the event loop (decompression is CPU work and releases the
             # GIL): a bomb never has more than one piece in memory before the limit stops it
-            pieces = inflater.feed(chunk)
+            pieces = decode(chunk)
             while (piece := await loop.run_in_executor(executor, next, pieces, None)) is not None:
                 total += len(piece)
                 if total > limit:
@@ -192,11 +207,13 @@ async def chunks(
                 yield piece
         if inflater is not None:
             inflater.close()
+        if unframer is not None:
+            unframer.close()
     except EngineError:
         raise
     except Exception as exc:
         raise EngineError(
-            f"Cannot decompress {encoding} request body: {exc}", 432, "UNKNOWN_CODEC"
+            f"Cannot decompress {encoding or 'the'} request body: {exc}", 432, "UNKNOWN_CODEC"
         ) from None
 
 

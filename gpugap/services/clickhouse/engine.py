@@ -23,6 +23,16 @@ _CODE = re.compile(r"Code: (\d+)\.")
 _NAME = re.compile(r"\(([A-Z_]+)\)\s*$")
 # the engine quotes our own wrapper query in its errors: not the client's business
 _SCOPE = re.compile(r"(?::|\.)?\s*In scope SELECT formatQuerySingleLine\(.*\)\.", re.DOTALL)
+# an exception the engine re-threw around its own ("Code: 164. DB::Exception: Code: 164.
+# DB::Exception: <text> (NAME) (version V). (NAME)") reads as a server's single one
+_NESTED = re.compile(
+    r"^Code: (\d+)\. DB::Exception: Code: \1\. DB::Exception: (.*?)\.?(?: \([A-Z_]+\))?"
+    r"(?: \(version [^)]*\))?\.?\s*(\([A-Z_]+\))?$",
+    re.DOTALL,
+)
+# every engine connection is the engine's own user ``default`` (chDB authenticates no other):
+# that name in front of a message is not the HTTP user who asked, so it is left out
+_ENGINE_USER = re.compile(r"^(Code: \d+\. DB::Exception: )default: ")
 
 
 class EngineError(Exception):
@@ -32,6 +42,11 @@ class EngineError(Exception):
 
     def __init__(self, message: str, code: int | None = None, name: str | None = None) -> None:
         message = _SCOPE.sub(".", message.strip())
+        nested = _NESTED.match(message)
+        if nested:
+            code_, text, named_ = nested.groups()
+            message = f"Code: {code_}. DB::Exception: {text}. {named_ or ''}".rstrip()
+        message = _ENGINE_USER.sub(r"\1", message)
         found = _CODE.search(message)
         self.code = code if code is not None else int(found.group(1)) if found else 1001
         named = _NAME.search(message)
@@ -107,13 +122,17 @@ class Connection:
         if res.has_error():
             raise EngineError(res.error_message())
         data = res.bytes() or b""
+        # chDB's rows_read()/bytes_read() are the result's rows and bytes; what ClickHouse's
+        # summary calls read_rows/read_bytes (from storage) is storage_rows_read()/...
         return Outcome(
             data=data,
-            rows_read=res.rows_read(),
-            bytes_read=res.bytes_read(),
+            rows_read=res.storage_rows_read(),
+            bytes_read=res.storage_bytes_read(),
             rows_written=getattr(res, "rows_written", lambda: 0)(),
             bytes_written=getattr(res, "bytes_written", lambda: 0)(),
+            result_rows=res.rows_read(),
             elapsed_s=time.perf_counter() - started,
+            extra={"result_bytes": res.bytes_read()},
         )
 
     def normalize(self, text: str) -> str:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpugap import sqllex as q
-from gpugap.services.clickhouse import body, policy
+from gpugap.services.clickhouse import body, native, policy
 from gpugap.services.clickhouse.engine import (
     Connection,
     Engine,
@@ -43,6 +43,7 @@ class Result:
     outcome: Outcome
     fmt: str | None  # the output format, for statements that return rows
     set_settings: dict[str, str] | None = None  # what a SET changed, for the session
+    settings: dict[str, str] = field(default_factory=dict)  # in force for it, as literals
 
 
 class Execution:
@@ -94,6 +95,8 @@ class Execution:
             raise EngineError("Empty query", 62, "SYNTAX_ERROR")
         off_host = policy.off_host(self.engine.table_functions)
         stmt = await self._thread(policy.inspect, conn, text, off_host, call.params)
+        if call.readonly:
+            policy.check_reader(stmt)  # KILL QUERY: the engine's readonly lets it through
         if stmt.takes_data is not None:
             raise EngineError(
                 "Cannot find where the INSERT's data starts: write `INSERT ... FORMAT <name>` "
@@ -107,6 +110,8 @@ class Execution:
         fmt = q.trailing_format(stmt.normalized) or call.default_format or "TabSeparated"
         sql = q.strip_trailing_semicolon(text)
         out = await self._thread(conn.query, sql, fmt, call.params)
+        if fmt == "Native" and stmt.returns_rows and not out.data:
+            out.data = await self._thread(_native_header, conn, sql, call.params)
         return Result(out, fmt if stmt.returns_rows else None)
 
     def _prepare(self) -> None:
@@ -182,6 +187,30 @@ TEXT_FORMATS = (
     "JSONCompactStringsEachRow", "JSONLines", "NDJSON", "Values", "LineAsString", "Custom",
     "Template", "Regexp", "Raw", "JSONAsString", "JSONAsObject",
 )  # fmt: skip
+
+
+def _native_header(conn: Connection, sql: str, params: Mapping[str, str]) -> bytes:
+    """The header block ClickHouse writes for a Native result with no rows (its columns'
+    names and types: clickhouse-go reads the columns from it), which chDB leaves out: the
+    query again, as RowBinaryWithNamesAndTypes, whose header chDB does write."""
+    head = conn.query(q.strip_trailing_format(sql), "RowBinaryWithNamesAndTypes", params).data
+    columns, pos = native.read_varint(head, 0)
+    fields: list[bytes] = []
+    for _ in range(2 * columns):  # the names, then the types
+        length, start = native.read_varint(head, pos)
+        fields.append(head[pos : start + length])  # with its length prefix
+        pos = start + length
+    names, types = fields[:columns], fields[columns:]
+    pairs = b"".join(n + t for n, t in zip(names, types, strict=True))
+    return _varint(columns) + b"\x00" + pairs
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes([*out, n])
 
 
 async def _lines_bounded(

@@ -120,9 +120,7 @@ def catalog(directory: Path) -> Catalog:
     return Catalog(frozenset(names.split()), frozenset(preset.split()))
 
 
-def write_engine_config(
-    directory: Path, limits: EndpointLimits, cache: Path | None = None
-) -> Path:
+def write_engine_config(directory: Path, limits: EndpointLimits, cache: Path | None = None) -> Path:
     """Write config.xml and users.xml into ``directory``; return the config's path. The
     engine's setting names are read once per chDB version into ``cache`` (default:
     ``directory``), so a fresh data directory does not start a child process again."""

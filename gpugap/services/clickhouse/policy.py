@@ -68,6 +68,10 @@ class Statement:
         )  # fmt: skip
 
     @property
+    def kills(self) -> bool:
+        return self.root.startswith("KillQueryQuery")
+
+    @property
     def takes_data(self) -> str | None:
         """For ``INSERT ... FORMAT X`` / ``VALUES`` whose data follows: X; else None."""
         if not self.root.startswith("InsertQuery") or "SelectWithUnionQuery" in self.ast:
@@ -112,6 +116,14 @@ def inspect(
     if root.startswith("AttachQuery"):
         raise _denied("ATTACH (it may attach a directory from anywhere on the host)")
     return Statement(normalized, root, ast)
+
+
+def check_reader(stmt: Statement) -> None:
+    """What engine-level readonly=1 lets through but a read-only user of a ClickHouse server
+    could not do here: every engine connection is the engine's one user, so KILL QUERY would
+    reach the queries of every HTTP user (a server asks the KILL QUERY grant for those)."""
+    if stmt.kills:
+        raise _denied("KILL QUERY for a read-only user (the queries of other users would match)")
 
 
 def _denied(what: str) -> EngineError:

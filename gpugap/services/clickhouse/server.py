@@ -1,37 +1,33 @@
 """ClickHouse's HTTP interface in front of the in-process engine, close enough that unmodified
-clients (clickhouse-connect sync/async, curl, Grafana's and Superset's drivers) work.
-
-Who may do what is the engine's business (execute.py, policy.py, limits.py); this layer
-authenticates, bounds what a request may take before the engine sees it (size, time, a slot),
-keeps sessions per (user, session_id) and answers in ClickHouse's words."""
+clients (clickhouse-connect, clickhouse-go, curl, BI drivers) work. Who may do what is the
+engine's business (execute.py, policy.py, limits.py); this layer authenticates (auth.py), bounds
+what a request may take before the engine sees it (size, time, a slot), keeps sessions per
+(user, session_id) and answers in ClickHouse's words (respond.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import hmac
 import ipaddress
-import json
 import logging
 import re
 import signal
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import cramjam
-import lz4.frame
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from gpugap.services.clickhouse import body, policy
-from gpugap.services.clickhouse.engine import Engine, EngineError, Outcome, literal
+from gpugap.services.clickhouse import auth, body, native, play, policy
+from gpugap.services.clickhouse.engine import Engine, EngineError, literal
 from gpugap.services.clickhouse.execute import Call, Execution, Result
 from gpugap.services.clickhouse.limits import EndpointLimits, write_engine_config
+from gpugap.services.clickhouse.respond import Context, Shape, choose_encoding, error, send
 from schemas.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -40,38 +36,21 @@ log = logging.getLogger(__name__)
 TRANSPORT_PARAMS = frozenset(
     {
         "query", "database", "default_format", "session_id", "session_timeout", "session_check",
-        "query_id", "user", "password", "quota_key", "compress", "decompress",
-        "enable_http_compression", "http_zlib_compression_level", "wait_end_of_query",
-        "send_progress_in_http_headers", "http_headers_progress_interval_ms",
-        "client_protocol_version", "buffer_size", "cancel_http_readonly_queries_on_client_close",
-        "readonly", "role", "http_response_buffer_size", "http_wait_end_of_query",
-        "default_session_timeout",
+        "query_id", "user", "password", "quota_key", "compress", "decompress", "close_session",
+        "enable_http_compression", "wait_end_of_query", "send_progress_in_http_headers",
+        "http_headers_progress_interval_ms", "client_protocol_version", "buffer_size",
+        "cancel_http_readonly_queries_on_client_close", "readonly", "role", "stacktrace",
+        "http_response_buffer_size", "http_wait_end_of_query", "default_session_timeout",
     }
 )  # fmt: skip
-CONTENT_TYPES = {
-    "JSON": "application/json; charset=UTF-8",
-    "JSONCompact": "application/json; charset=UTF-8",
-    "JSONEachRow": "application/x-ndjson; charset=UTF-8",
-    "CSV": "text/csv; charset=UTF-8",
-    "CSVWithNames": "text/csv; charset=UTF-8",
+# answered without a login, like ClickHouse's static handlers: they hold no data
+STATIC = {
+    "/ping": ("Ok.\n", "text/plain"),
+    "/replicas_status": ("Ok.\n", "text/plain"),
+    "/play": (play.PAGE, "text/html"),
 }
-BINARY_FORMATS = frozenset(
-    {"Native", "RowBinary", "Arrow", "Parquet", "ArrowStream", "RowBinaryWithNamesAndTypes"}
-)
-ENCODERS: dict[str, Callable[[bytes], bytes]] = {
-    "gzip": lambda b: bytes(cramjam.gzip.compress(b)),
-    "deflate": lambda b: bytes(cramjam.zlib.compress(b)),
-    "br": lambda b: bytes(cramjam.brotli.compress(b)),
-    "zstd": lambda b: bytes(cramjam.zstd.compress(b)),
-    "lz4": lz4.frame.compress,  # several times faster than cramjam's lz4 here
-}
-HTTP_STATUS = {  # ClickHouse's own mapping of exception codes to HTTP statuses
-    194: 401, 516: 401, 164: 403, 497: 403, 564: 403, 60: 404, 81: 404, 46: 404, 47: 404,
-    115: 404, 73: 404, 62: 400, 6: 400, 26: 400, 27: 400, 33: 400, 38: 400, 41: 400, 53: 400,
-    72: 400, 117: 400, 43: 400, 44: 400, 36: 400, 452: 400, 48: 501, 159: 408, 209: 408,
-    202: 503, 241: 500,
-}  # fmt: skip
 _SECRET_PARAM = re.compile(r"((?:^|[?&])(?:password|key)=)[^&]*", re.IGNORECASE)
+_TRUE = ("1", "true")
 
 
 @dataclass(frozen=True)
@@ -92,17 +71,39 @@ class Endpoint:
         self.engine, self.users, self.limits = engine, users, limits
         self.sessions: OrderedDict[tuple[str, str], Session] = OrderedDict()
         self._slots = asyncio.Semaphore(limits.max_concurrent_queries)
+        conn = engine.connect()
+        try:  # what the engine calls itself and its clock, for the headers ClickHouse sends
+            tz, name = conn.query("SELECT timezone(), displayName()", "TSVRaw").data.split(b"\t")
+        finally:
+            conn.close()
+        self.timezone, self.display_name = tz.decode(), name.decode().strip()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        query_id = request.query.get("query_id") or str(uuid.uuid4())
+        path = request.path.rstrip("/") or "/"
+        if path in STATIC and request.method in ("GET", "HEAD"):
+            text, kind = STATIC[path]
+            return web.Response(text=text, content_type=kind)
+        # ClickHouse's root handler: a bare GET / is a health check, answered without a login
+        if path == "/" and request.method in ("GET", "HEAD") and not request.query_string:
+            return web.Response(text="Ok.\n")
+        params = request.query
+        # the parameter wins over the header (HTTPHandler::processQuery)
+        query_id = params.get("query_id") or request.headers.get("X-ClickHouse-Query-Id")
+        query_id = query_id or str(uuid.uuid4())
+        ctx = Context(query_id, self.timezone, self.display_name)
+        shape: Shape | None = None
         try:
-            if request.path in ("/ping", "/ping/"):
-                return web.Response(text="Ok.\n")
-            if request.path not in ("/", "/query"):
+            if path not in ("/", "/query"):
                 raise EngineError(f"There is no handle {request.path}", 36, "BAD_ARGUMENTS")
             user = self._authenticate(request)
-            if request.method == "GET" and not request.query.get("query"):
+            if request.method in ("GET", "HEAD") and not params.get("query"):
                 return web.Response(text="Ok.\n")
+            shape = Shape(
+                encoding=choose_encoding(params, request.headers),
+                level=_level(params.get("http_zlib_compression_level")),
+                compress=params.get("compress") in _TRUE,
+                revision=native.parse_revision(params.get("client_protocol_version")),
+            )
             try:
                 await asyncio.wait_for(self._slots.acquire(), self.limits.queue_wait_s)
             except TimeoutError:
@@ -113,54 +114,40 @@ class Endpoint:
                     "TOO_MANY_SIMULTANEOUS_QUERIES",
                 ) from None
             try:
-                result = await self._execute(request, user, query_id)
+                result = await self._execute(request, user, shape)
             finally:
-                self._slots.release()
+                self._slots.release()  # the answer is whole: a slow reader holds no slot
+            if result.settings.get("session_timezone"):
+                ctx.timezone = result.settings["session_timezone"].strip("'")
+            return await send(request, result.outcome, result.fmt, shape, ctx)
         except EngineError as exc:
-            return self._error(exc, query_id)
-        return self._respond(request, result.outcome, result.fmt, query_id)
+            return error(exc, self.engine.version, shape, ctx)
 
     def _authenticate(self, request: web.BaseRequest) -> User:
-        name = request.headers.get("X-ClickHouse-User") or request.query.get("user")
-        password = request.headers.get("X-ClickHouse-Key") or request.query.get("password") or ""
-        auth = request.headers.get("Authorization", "")
-        if auth.lower().startswith("basic "):
-            try:
-                name, _, password = base64.b64decode(auth[6:]).decode().partition(":")
-            except ValueError:
-                raise EngineError(
-                    "Malformed Authorization header", 516, "AUTHENTICATION_FAILED"
-                ) from None
-        name = name or "default"
+        name, password = auth.credentials(request.headers, request.query)
         user = self.users.get(name)
         if user is None or not hmac.compare_digest(user.password.encode(), password.encode()):
-            raise EngineError(
+            raise auth.failed(
                 f"{name}: Authentication failed: password is incorrect, or there "
-                "is no user with such name",
-                516,
-                "AUTHENTICATION_FAILED",
+                "is no user with such name"
             )
         return user
 
-    async def _execute(self, request: web.BaseRequest, user: User, query_id: str) -> Result:
-        params = request.query
-        if params.get("decompress") in ("1", "true"):
-            raise EngineError(
-                "ClickHouse-native block compression (decompress=1) is not "
-                "supported; use Content-Encoding",
-                48,
-                "NOT_IMPLEMENTED",
-            )
-        readonly = user.readonly or request.method == "GET" or params.get("readonly", "0") != "0"
+    async def _execute(self, request: web.BaseRequest, user: User, shape: Shape) -> Result:
+        params, headers = request.query, request.headers
+        readonly = user.readonly or request.method in ("GET", "HEAD")
+        readonly = readonly or params.get("readonly", "0") != "0"
         if user.readonly and params.get("readonly") == "0":
             policy.check_setting("readonly", reader=True)
         settings: dict[str, str] = {}
         for name, value in params.items():
-            if name not in TRANSPORT_PARAMS and not name.startswith("param_"):
+            if name and name not in TRANSPORT_PARAMS and not name.startswith("param_"):
                 policy.check_setting(name, reader=readonly)
                 settings[name] = literal(value)
         sid = params.get("session_id")
         session = self._session(user.name, sid) if sid else None
+        merged = {**(session.settings if session else {}), **settings}
+        verify = merged.get("http_native_compression_disable_checksumming_on_decompress", "0")
         call = Call(
             readonly=readonly,
             url_query=params.get("query", ""),
@@ -169,14 +156,19 @@ class Endpoint:
                 limit=self.limits.max_insert_bytes,
                 what="the INSERT's data",
                 timeout_s=self.limits.receive_timeout_s,
+                unframe=params.get("decompress") in _TRUE,
+                verify=verify.strip("'").lower() not in _TRUE,
             ),
-            database=params.get("database") or None,
-            settings={**(session.settings if session else {}), **settings},
+            # the X-ClickHouse-Database and X-ClickHouse-Format headers win over the
+            # parameters (HTTPHandler::processQuery)
+            database=headers.get("X-ClickHouse-Database") or params.get("database") or None,
+            settings=merged,
             params={k[6:]: v for k, v in params.items() if k.startswith("param_")},
-            default_format=params.get("default_format"),
+            default_format=headers.get("X-ClickHouse-Format") or params.get("default_format"),
             marker=f"gpugap:{uuid.uuid4()}",
         )
         result = await Execution(self.engine, self.limits, call).run()
+        result.settings = {**merged, **(result.set_settings or {})}
         if result.set_settings and session is not None:
             session.settings.update(result.set_settings)
         return result
@@ -196,56 +188,16 @@ class Endpoint:
         self.sessions[(user, sid)] = session
         return session
 
-    def _respond(
-        self, request: web.BaseRequest, out: Outcome, fmt: str | None, query_id: str
-    ) -> web.Response:
-        summary = {
-            "read_rows": str(out.rows_read),
-            "read_bytes": str(out.bytes_read),
-            "written_rows": str(out.rows_written),
-            "written_bytes": str(out.bytes_written),
-            "total_rows_to_read": str(out.rows_read),
-            "result_rows": str(out.result_rows),
-            "result_bytes": str(len(out.data)),
-            "elapsed_ns": str(int(out.elapsed_s * 1e9)),
-        }
-        headers = {
-            "X-ClickHouse-Query-Id": query_id,
-            "X-ClickHouse-Timezone": "UTC",
-            "X-ClickHouse-Summary": json.dumps(summary, separators=(",", ":")),
-            "X-ClickHouse-Server-Display-Name": "gpugap-embedded",
-        }
-        content_type = "text/plain; charset=UTF-8"
-        if fmt is not None:
-            headers["X-ClickHouse-Format"] = fmt
-            content_type = CONTENT_TYPES.get(
-                fmt, "application/octet-stream" if fmt in BINARY_FORMATS else content_type
-            )
-        data = out.data
-        if request.query.get("enable_http_compression") in ("1", "true") and data:
-            accepted = [
-                e.split(";")[0].strip().lower()
-                for e in request.headers.get("Accept-Encoding", "").split(",")
-            ]
-            chosen = next((e for e in accepted if e in ENCODERS), None)
-            if chosen:
-                data = ENCODERS[chosen](data)
-                headers["Content-Encoding"] = chosen
-        resp = web.Response(body=data, headers=headers)
-        resp.headers["Content-Type"] = content_type
-        return resp
 
-    def _error(self, exc: EngineError, query_id: str) -> web.Response:
-        text = f"{exc.message} (version {self.engine.version})\n"
-        return web.Response(
-            status=exc.status or HTTP_STATUS.get(exc.code, 500),
-            text=text,
-            headers={
-                "X-ClickHouse-Exception-Code": str(exc.code),
-                "X-ClickHouse-Query-Id": query_id,
-                "X-ClickHouse-Timezone": "UTC",
-            },
-        )
+def _level(value: str | None) -> int:
+    try:  # ClickHouse's default http_zlib_compression_level is 3; zlib takes -1..9
+        return max(-1, min(9, int(value or 3)))
+    except ValueError:
+        raise EngineError(
+            f"Cannot parse string '{value}' as Int64 (http_zlib_compression_level)",
+            6,
+            "CANNOT_PARSE_TEXT",
+        ) from None
 
 
 class AccessLog(AbstractAccessLogger):
