@@ -107,6 +107,13 @@ def _clickhouse_serve(args: argparse.Namespace) -> int:
 
 
 def _db_migrate(args: argparse.Namespace) -> int:
+    if args.cluster:  # print, for a person to review and apply: nothing is connected to
+        from sinks.clickhouse.cluster import cluster_statements
+        from sinks.clickhouse.warehouse import migrations
+
+        for statement in cluster_statements(migrations(), args.cluster):
+            print(statement if statement.startswith("--") else statement + ";\n")
+        return 0
     require("gpugap db migrate", "clickhouse", ("clickhouse_connect",))
     from sinks.clickhouse.warehouse import migrate
 
@@ -284,7 +291,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     db = sub.add_parser("db", help="the warehouse schema")
     db_sub = db.add_subparsers(dest="action", required=True, metavar="ACTION")
-    cmd("migrate", _db_migrate, "apply the SQL migrations not applied yet (idempotent)", db_sub)
+    mig = cmd(
+        "migrate", _db_migrate, "apply the SQL migrations not applied yet (idempotent)", db_sub
+    )
+    mig.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="print every migration for a ClickHouse cluster instead (Replicated tables on each "
+        "shard behind Distributed ones, ON CLUSTER), for a person to apply",
+    )
 
     from gpugap.plugin import lookup
     from producers import REGISTRY as PRODUCERS
