@@ -50,7 +50,9 @@ SELECT
     toUInt16(least(10000, activity * 10000 + 500)), 'sm_active',
     if(held, 20000 + job % 60000, 0),
     toUInt16((60 + 600 * activity) * 10 + cityHash64(g, m) % 50),
-    6, 0, now64(3)
+    6, 0,
+    0, 0,  -- idle_threshold_bp, idle_after_minutes (migration 007): 0 = judged by the class
+    now64(3)
 FROM numbers({rows:UInt64})
 """
 GENERATE = "INSERT INTO gpu_minutes " + SYNTHETIC

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from benchmarks.topics import preload
 from benchmarks.worker_inproc import Rate, bench_core, bench_decode, decoded, estate
 from gpugap.services.kafka import free_port
 from gpugap.settings import KafkaSettings
+from schemas.topics import SAMPLES
 
 
 def metrics(port: int) -> dict[str, float]:
@@ -62,13 +64,6 @@ def run_worker(
     """One ``gpugap worker`` over the pre-loaded topics: (node msgs/s, GPU samples/s, its CPU
     use), from the first poll showing input consumed to the first showing all of it
     processed."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
-        "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
-        "GPUGAP_LOG_LEVEL": "WARNING",
-    }
     cmd = [
         sys.executable,
         "-m",
@@ -78,23 +73,65 @@ def run_worker(
         engine,
         "--group",
         f"bench-{engine}",
-        "--backfill",  # the scenario is dated in the past
-    ]
-    proc = subprocess.Popen(
-        [*cmd, "--http", f"127.0.0.1:{port}"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+        "--backfill",
+    ]  # fmt: skip  (--backfill: the estate is dated)
+    secs, first, last, cpu = _measure(
+        lambda port: [*cmd, "--http", f"127.0.0.1:{port}"], kafka,
+        done_key="gpugap_worker_processed_total", expected=expected, profile=profile,
+        timeout=timeout, what=engine,
+    )  # fmt: skip
+    key = "gpugap_worker_gpu_samples_total"
+    gpus = last[key] - first[key]
+    return gpus / 8 / secs, gpus / secs, cpu
+
+
+def run_passthrough(
+    kafka: KafkaSettings, messages: int, timeout: float = 900
+) -> tuple[float, float]:
+    """Faust's ceiling on this machine: benchmarks/faust_passthrough.py (consume and ack the
+    same topics, nothing else) until it has taken ``messages``: (messages/s, its CPU use)."""
+
+    def cmd(port: int) -> list[str]:
+        return [sys.executable, "-m", "benchmarks.faust_passthrough", kafka.bootstrap,
+                kafka.topic_prefix, "bench-passthrough", str(port)]  # fmt: skip
+
+    key = "gpugap_worker_messages_total"
+    secs, first, last, cpu = _measure(
+        cmd, kafka, done_key=key, expected=messages, profile=None, timeout=timeout,
+        what="pass-through",
+    )  # fmt: skip
+    return (last[key] - first[key]) / secs, cpu
+
+
+def _measure(
+    cmd: Any,
+    kafka: KafkaSettings,
+    *,
+    done_key: str,
+    expected: int,
+    profile: Path | None,
+    timeout: float,
+    what: str,
+) -> tuple[float, dict[str, float], dict[str, float], float]:
+    """Run ``cmd(port)`` and poll its /metrics from the first poll showing input consumed to
+    the first with ``done_key`` >= ``expected``: (seconds, first and last metrics, CPU use)."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
+        "GPUGAP_LOG_LEVEL": "WARNING",
+    }
+    proc = subprocess.Popen(cmd(port), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     spy = None  # py-spy, from the first record consumed to the last one processed
     first: tuple[float, dict[str, float]] | None = None
     deadline = time.monotonic() + timeout
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"worker exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                raise RuntimeError(f"{what} exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
             if time.monotonic() > deadline:
-                raise RuntimeError(f"worker ({engine}) did not finish within {timeout:.0f} s")
+                raise RuntimeError(f"{what} did not finish within {timeout:.0f} s")
             try:
                 m = metrics(port)
             except OSError:
@@ -105,12 +142,9 @@ def run_worker(
                 first, cpu0 = (now, m), cpu_seconds(proc.pid)
                 if profile is not None:
                     spy = bench_profile.attach(proc.pid, profile)
-            if first is not None and m.get("gpugap_worker_processed_total", 0) >= expected:
+            if first is not None and m.get(done_key, 0) >= expected:
                 secs = now - first[0]
-                f = first[1]
-                gpus = m["gpugap_worker_gpu_samples_total"] - f["gpugap_worker_gpu_samples_total"]
-                cpu = (cpu_seconds(proc.pid) - cpu0) / secs
-                return gpus / 8 / secs, gpus / secs, cpu
+                return secs, first[1], m, (cpu_seconds(proc.pid) - cpu0) / secs
             time.sleep(0.1)
     finally:
         if spy is not None:
@@ -145,6 +179,9 @@ def bench_throughput(
         broker.up()
         try:
             rates = {e: Rate(f"worker, {e} engine (Kafka in/out)", [], []) for e in engines}
+            ceiling = Rate("Faust pass-through (consume+ack)", [], [])
+            # its rate is in messages; the estate's share of node samples turns it into rows
+            node_share = sum(m[0] == SAMPLES.name for m in messages) / len(messages)
             for r in range(repeats):
                 kafka = KafkaSettings(
                     bootstrap=broker.bootstrap, topic_prefix=f"bw{uuid.uuid4().hex[:8]}."
@@ -157,9 +194,19 @@ def bench_throughput(
                     rates[e].gpu_samples.append(gpus)
                     rates[e].cpu.append(cpu)
                     print(f"  ({e}: {gpus:,.0f} GPU samples/s)", file=sys.stderr, flush=True)
+                msgs, cpu = run_passthrough(kafka, len(messages))
+                ceiling.node_msgs.append(msgs * node_share)
+                ceiling.gpu_samples.append(msgs * node_share * 8)  # 8-GPU nodes
+                ceiling.cpu.append(cpu)
             for e in engines:
                 lines.append(rates[e].row())
                 print(lines[-1], flush=True)
+            lines.append(ceiling.row())
+            top = statistics.median(ceiling.gpu_samples)
+            for e in engines:
+                share = statistics.median(rates[e].gpu_samples) / top
+                lines.append(f"  {e} worker / Faust pass-through: {share:.0%}")
+            print("\n".join(lines[-1 - len(engines) :]), flush=True)
         finally:
             broker.down()
     if profile is not None:
