@@ -5,6 +5,7 @@ engine, then the statement runs (or the INSERT streams its data into the engine)
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -191,18 +192,33 @@ TEXT_FORMATS = (
 
 def _native_header(conn: Connection, sql: str, params: Mapping[str, str]) -> bytes:
     """The header block ClickHouse writes for a Native result with no rows (its columns'
-    names and types: clickhouse-go reads the columns from it), which chDB leaves out: the
-    query again, as RowBinaryWithNamesAndTypes, whose header chDB does write."""
-    head = conn.query(q.strip_trailing_format(sql), "RowBinaryWithNamesAndTypes", params).data
+    names and types: clickhouse-go reads the columns from it), which chDB leaves out. The
+    engine describes the query without running it again (``DESCRIBE TABLE (query)``: the
+    same user and settings; it also keeps a column's time zone, which chDB's revision-0
+    Native drops); what it cannot describe (SHOW, a trailing comment) is run again as
+    RowBinaryWithNamesAndTypes, whose header chDB does write."""
+    query = q.strip_trailing_format(sql)
+    try:
+        described = conn.query(f"DESCRIBE TABLE ({query}\n)", "JSONCompactEachRow", params)
+        pairs = [json.loads(line)[:2] for line in described.data.splitlines() if line]
+    except (EngineError, ValueError):
+        pairs = _header_pairs(conn.query(query, "RowBinaryWithNamesAndTypes", params).data)
+    out = bytearray(_varint(len(pairs)) + b"\x00")
+    for name, type_name in pairs:
+        for text in (name.encode(), type_name.encode()):
+            out += _varint(len(text)) + text
+    return bytes(out)
+
+
+def _header_pairs(head: bytes) -> list[list[str]]:
+    """(name, type) of each column from a RowBinaryWithNamesAndTypes header."""
     columns, pos = native.read_varint(head, 0)
-    fields: list[bytes] = []
+    fields: list[str] = []
     for _ in range(2 * columns):  # the names, then the types
         length, start = native.read_varint(head, pos)
-        fields.append(head[pos : start + length])  # with its length prefix
+        fields.append(head[start : start + length].decode())
         pos = start + length
-    names, types = fields[:columns], fields[columns:]
-    pairs = b"".join(n + t for n, t in zip(names, types, strict=True))
-    return _varint(columns) + b"\x00" + pairs
+    return [[n, t] for n, t in zip(fields[:columns], fields[columns:], strict=True)]
 
 
 def _varint(n: int) -> bytes:
