@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## create .venv with gpugap and its dev tools
 
 test: $(STAMP) ## run the test suite (starts a local Kafka broker if none is given)
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "tests/web needs Debian's chromium: apt-get install chromium"
 	$(BIN)/gpugap services fetch
 	$(BIN)/pytest
 

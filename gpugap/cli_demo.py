@@ -48,6 +48,9 @@ def register(sub: Any, cmd: Any) -> None:
         help="also deliver the alerts: console (print them here), or alertmanager, slack, "
         "webhook, email configured by their GPUGAP_<TARGET>_* settings (repeat)",
     )
+    from gpugap.web.cli import register as register_web  # `gpugap web`: the page it opens
+
+    register_web(sub, cmd)
 
 
 def _demo_cmd(args: Any) -> int:

@@ -1,0 +1,266 @@
+"""The page's fixed, named queries over the warehouse views. The browser names one of them and
+gives values (``gpugap.web.params``); the SQL text is this module's constants only, and every
+value is a server-side parameter ({name:Type}). The queries are the Grafana dashboard's
+(deploy/grafana/dashboards/gpugap.json) without its macros.
+
+Totals over a window read whole days from the daily views and the edge hours from the hourly
+ones (as the report does); the charts over time read hourly rows up to 14 days, daily beyond.
+"""
+
+# ruff: noqa: S608  (the SQL is assembled from this module's constants only; values are bound)
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, timedelta
+from typing import Any
+
+from gpugap.report.queries import window_parameters
+from gpugap.web.params import AllocationKey, Filters
+
+_T = "DateTime('UTC')"
+BY_COLUMN = {"class": "workload_class", "scheduler": "scheduler", "team": "team"}
+HOURLY_UP_TO = timedelta(days=14)  # longer ranges chart daily rows
+MAX_POINTS = 200  # buckets per chart at most
+MAX_GROUPS = 8  # groups per stacked chart; the rest are one "other"
+MAX_TIMELINE_ROWS = 20_000  # per-GPU hours of one allocation (64 GPUs for two weeks)
+SUMS = (
+    "sum(allocated_gpu_h) AS allocated_gpu_h, sum(measured_gpu_h) AS measured_gpu_h, "
+    "sum(consumed_gpu_h) AS consumed_gpu_h, sum(gap_gpu_h) AS gap_gpu_h, "
+    "sum(unmeasured_gpu_h) AS unmeasured_gpu_h, sum(idle_gpu_h) AS idle_gpu_h"
+)
+_GAP_COLS = (
+    "cluster, allocation_id, scheduler, workload_class, owner, team, allocated_gpu_h, "
+    "measured_gpu_h, consumed_gpu_h, gap_gpu_h, unmeasured_gpu_h, idle_gpu_h"
+)
+_ARR = "Array(String)"
+# cluster/team/class filters: an empty list is "all"
+CLUSTER = f"(empty({{clusters:{_ARR}}}) OR has({{clusters:{_ARR}}}, cluster))"
+TEAM = f"(empty({{teams:{_ARR}}}) OR has({{teams:{_ARR}}}, team))"
+CLASS = f"(empty({{classes:{_ARR}}}) OR has({{classes:{_ARR}}}, workload_class))"
+FILTER = f"{CLUSTER} AND {TEAM} AND {CLASS}"
+
+
+@dataclass(frozen=True)
+class Query:
+    sql: str
+    params: dict[str, Any]
+
+
+def bind(sql: str, values: dict[str, Any]) -> Query:
+    """The query with the values its text names (and only those)."""
+    names = set(re.findall(r"\{(\w+):", sql))
+    return Query(sql, {k: v for k, v in values.items() if k in names})
+
+
+def window(daily: str, hourly: str, cols: str, f: Filters) -> tuple[str, dict[str, Any]]:
+    """Rows of [since, until) widened to whole hours: whole days from ``daily``, the edge hours
+    from ``hourly``."""
+    p = window_parameters(f.since, f.until)
+    parts = []
+    if p["d0"] < p["d1"]:
+        parts.append(f"SELECT {cols} FROM {daily} WHERE day >= {{d0:Date}} AND day < {{d1:Date}}")
+    edges = []
+    if p["since"] < p["h0"]:
+        edges.append(f"(hour >= {{since:{_T}}} AND hour < {{h0:{_T}}})")
+    if p["h1"] < p["until"]:
+        edges.append(f"(hour >= {{h1:{_T}}} AND hour < {{until:{_T}}})")
+    if edges:
+        parts.append(f"SELECT {cols} FROM {hourly} WHERE {' OR '.join(edges)}")
+    return " UNION ALL ".join(parts), {**f.bound(), **p}
+
+
+def buckets(f: Filters) -> tuple[str, int]:
+    """("hour" or "day", the bucket's length in hours): at most MAX_POINTS buckets."""
+    span_h = max(1, int((f.until - f.since).total_seconds() // 3600))
+    if f.until - f.since <= HOURLY_UP_TO:
+        return "hour", max(1, -(-span_h // MAX_POINTS))
+    return "day", 24 * max(1, -(-span_h // (24 * MAX_POINTS)))
+
+
+def _series_source(f: Filters) -> tuple[str, str, dict[str, Any]]:
+    grain, step = buckets(f)
+    if grain == "hour":
+        t = "toStartOfInterval(hour, toIntervalHour({step:UInt32}))"
+        where = f"hour >= toStartOfHour({{since:{_T}}}) AND hour < {{until:{_T}}}"
+        return t, where, {"step": step}
+    t = "toDateTime(toStartOfInterval(day, toIntervalDay({step:UInt32})), 'UTC')"
+    where = f"day >= toDate({{since:{_T}}}) AND day <= toDate({{until:{_T}}} - 1)"
+    return t, where, {"step": step // 24}
+
+
+def timeseries(f: Filters) -> Query:
+    """Allocated, consumed and gap per bucket and group (the ``by`` column)."""
+    t, where, extra = _series_source(f)
+    view = "v_capacity_gap" if buckets(f)[0] == "hour" else "v_capacity_gap_daily"
+    key = BY_COLUMN[f.by]  # a fixed column name, chosen by a validated value
+    sql = (
+        f"SELECT {t} AS t, {key} AS g, sum(allocated_gpu_h) AS allocated, "
+        "sum(consumed_gpu_h) AS consumed, sum(gap_gpu_h) AS gap, "
+        f"sum(unmeasured_gpu_h) AS unmeasured FROM {view} WHERE {where} AND {FILTER} "
+        "GROUP BY t, g ORDER BY t, g"
+    )
+    return bind(sql, {**f.bound(), **extra})
+
+
+def unallocated(f: Filters) -> Query:
+    """Capacity nobody held, and use on it, per bucket (the cluster filter only)."""
+    t, where, extra = _series_source(f)
+    view = "v_unallocated_hourly" if buckets(f)[0] == "hour" else "v_unallocated"
+    sql = (
+        f"SELECT {t} AS t, sum(unallocated_gpu_h) AS unallocated, "
+        f"sum(unattributed_gpu_h) AS unattributed FROM {view} WHERE {where} AND {CLUSTER} "
+        "GROUP BY t ORDER BY t"
+    )
+    return bind(sql, {**f.bound(), **extra})
+
+
+def summary(f: Filters) -> Query:
+    gap, p = window("v_capacity_gap_daily", "v_capacity_gap", _GAP_COLS, f)
+    free, _ = window(
+        "v_unallocated", "v_unallocated_hourly",
+        "cluster, unallocated_gpu_h, unattributed_gpu_h", f,
+    )  # fmt: skip
+    sql = (
+        f"SELECT * FROM (SELECT {SUMS}, uniqExact(cluster, allocation_id) AS allocations "
+        f"FROM ({gap}) WHERE {FILTER}) AS g CROSS JOIN (SELECT sum(unallocated_gpu_h) AS "
+        "unallocated_gpu_h, sum(unattributed_gpu_h) AS unattributed_gpu_h "
+        f"FROM ({free}) WHERE {CLUSTER}) AS u"
+    )
+    return bind(sql, p)
+
+
+def split(f: Filters) -> Query:
+    """Slurm vs Kubernetes by workload class."""
+    gap, p = window("v_capacity_gap_daily", "v_capacity_gap", _GAP_COLS, f)
+    sql = (
+        f"SELECT workload_class, scheduler, {SUMS} FROM ({gap}) WHERE {FILTER} "
+        "GROUP BY workload_class, scheduler ORDER BY workload_class, scheduler"
+    )
+    return bind(sql, p)
+
+
+def top_waste(f: Filters) -> Query:
+    gap, p = window("v_capacity_gap_daily", "v_capacity_gap", _GAP_COLS, f)
+    sql = (
+        "WITH top AS (SELECT cluster, allocation_id, any(scheduler) AS any_scheduler, "
+        "any(workload_class) AS any_class, any(team) AS any_team, any(owner) AS any_owner, "
+        f"{SUMS} FROM ({gap}) WHERE {FILTER} GROUP BY cluster, allocation_id "
+        "ORDER BY gap_gpu_h DESC, cluster, allocation_id LIMIT {limit:UInt32}) "
+        "SELECT t.cluster AS cluster, t.allocation_id AS allocation_id, a.name AS name, "
+        "t.any_scheduler AS scheduler, t.any_class AS workload_class, t.any_team AS team, "
+        "t.any_owner AS owner, a.gpus_requested AS gpus, t.allocated_gpu_h AS allocated_gpu_h, "
+        "t.consumed_gpu_h AS consumed_gpu_h, t.gap_gpu_h AS gap_gpu_h, "
+        "t.unmeasured_gpu_h AS unmeasured_gpu_h FROM top AS t LEFT JOIN (SELECT cluster, "
+        "allocation_id, name, gpus_requested FROM v_allocations WHERE allocation_id IN "
+        "(SELECT allocation_id FROM top)) AS a "
+        "ON a.cluster = t.cluster AND a.allocation_id = t.allocation_id "
+        "ORDER BY gap_gpu_h DESC, cluster, allocation_id"
+    )
+    return bind(sql, p)
+
+
+def idle_now(f: Filters) -> Query:
+    sql = (
+        "SELECT cluster, allocation_id, scheduler, workload_class, team, owner, gpus, since, "
+        f"last_minute, activity, allocated_gpu_h FROM v_idle_now WHERE {FILTER} "
+        "ORDER BY gpus DESC, since, cluster, allocation_id LIMIT {limit:UInt32}"
+    )
+    return bind(sql, f.bound())
+
+
+def partial_gangs(f: Filters) -> Query:
+    sql = (
+        "SELECT cluster, gang_id, team, owner, workload_class, running_pods, pending_pods, "
+        "gpus, opened_at, idle_gpu_hours, message FROM v_partial_gangs_now "
+        f"WHERE {FILTER} ORDER BY idle_gpu_hours DESC, cluster, gang_id LIMIT {{limit:UInt32}}"
+    )
+    return bind(sql, f.bound())
+
+
+def alerts(f: Filters) -> Query:
+    sql = (
+        "SELECT kind, state, cluster, scheduler, allocation_id, gang_id, team, owner, "
+        "workload_class, gpus, opened_at, updated_at, idle_gpu_hours, message "
+        f"FROM v_alerts_open WHERE {FILTER} "
+        "ORDER BY opened_at DESC, alert_id LIMIT {limit:UInt32}"
+    )
+    return bind(sql, f.bound())
+
+
+def padding(f: Filters) -> Query:
+    """Slurm jobs that ended in the range, most padded first (team filters the account)."""
+    sql = (
+        "SELECT cluster, allocation_id, name, user, account, partition, gpus_requested, "
+        "time_limit_s / 3600 AS limit_h, elapsed_s / 3600 AS elapsed_h, limit_ratio, "
+        "padding_gpu_h, final_state, end_time, count() OVER () AS jobs, "
+        "sum(padding_gpu_h) OVER () AS all_padding_gpu_h FROM v_slurm_padding "
+        f"WHERE end_time >= {{since:{_T}}} AND end_time < {{until:{_T}}} AND {CLUSTER} "
+        f"AND (empty({{teams:{_ARR}}}) OR has({{teams:{_ARR}}}, account)) "
+        "ORDER BY padding_gpu_h DESC, cluster, allocation_id LIMIT {limit:UInt32}"
+    )
+    return bind(sql, f.bound())
+
+
+EXTENT = Query("SELECT first_day, latest_minute FROM v_data_extent", {})
+OPTIONS = Query(
+    "SELECT arraySort(groupUniqArray(200)(cluster)), "
+    "arraySort(arrayFilter(x -> x != '', groupUniqArray(200)(team))), "
+    "arraySort(arrayFilter(x -> x != '', groupUniqArray(200)(workload_class))) "
+    "FROM v_capacity_gap_daily",
+    {},
+)
+
+
+def allocation_timeline(key: AllocationKey) -> Query:
+    """One allocation's GPUs hour by hour (its last 31 days at most) and its metadata."""
+    match = "cluster = {cluster:String} AND allocation_id = {allocation:String}"
+    sql = (
+        f"WITH (SELECT (min(day), max(day)) FROM v_capacity_gap_daily WHERE {match}) AS span "
+        "SELECT hour, gpu_uuid, node, allocated_gpu_h, measured_gpu_h, consumed_gpu_h, "
+        "gap_gpu_h FROM v_capacity_gap "
+        "WHERE hour >= toDateTime(greatest(span.1, span.2 - 30), 'UTC') "
+        f"AND hour < toDateTime(span.2 + 1, 'UTC') AND {match} "
+        f"ORDER BY gpu_uuid, hour LIMIT {MAX_TIMELINE_ROWS}"
+    )
+    return bind(sql, {"cluster": key.cluster, "allocation": key.allocation_id})
+
+
+def allocation_meta(key: AllocationKey) -> Query:
+    sql = (
+        "SELECT cluster, allocation_id, scheduler, name, owner, team, workload_class, "
+        "gpus_requested, time_limit_s, start_time, end_time, final_state FROM v_allocations "
+        "WHERE cluster = {cluster:String} AND allocation_id = {allocation:String} LIMIT 1"
+    )
+    return bind(sql, {"cluster": key.cluster, "allocation": key.allocation_id})
+
+
+#: the API's names for the queries that take the page's filters
+FILTERED: dict[str, Callable[[Filters], Query]] = {
+    "summary": summary,
+    "timeseries": timeseries,
+    "split": split,
+    "top_waste": top_waste,
+    "idle_now": idle_now,
+    "partial_gangs": partial_gangs,
+    "alerts": alerts,
+    "unallocated": unallocated,
+    "padding": padding,
+}
+
+
+def epoch(value: Any) -> Any:
+    """JSON for one value: times as epoch seconds (UTC), floats rounded, the rest as is."""
+    from datetime import date, datetime
+
+    if isinstance(value, datetime):
+        v = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return int(v.timestamp())
+    if isinstance(value, date):
+        return int(datetime(value.year, value.month, value.day, tzinfo=UTC).timestamp())
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, (list, tuple)):
+        return [epoch(v) for v in value]
+    return value

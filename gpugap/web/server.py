@@ -1,0 +1,282 @@
+"""``gpugap web``: the capacity-gap page over the warehouse views, on aiohttp.
+
+- ``/`` is the page, ``/static/...`` its files: every asset ships in the package (the charting
+  library included, gpugap/web/static/vendor/), nothing is loaded from anywhere else, and the
+  Content-Security-Policy says so to the browser;
+- ``/api/NAME?...`` runs the fixed queries of that name (``gpugap.web.api``) with the
+  parameters validated and bound: no text from the browser reaches SQL;
+- queries run as the read-only user (GPUGAP_CLICKHOUSE_READONLY_USER/_PASSWORD) when its
+  password is set, else as the configured user in read-only mode (readonly=2), on a few
+  threads of their own, each with its own ClickHouse client;
+- it listens on 127.0.0.1 by default and answers only requests addressed to that host (a
+  page elsewhere cannot reach it through DNS rebinding); GET and HEAD only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import queue
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+
+from gpugap.settings import ClickHouseSettings
+from gpugap.web import DEFAULT_PORT, api, params
+from gpugap.web.queries import Query
+from schemas.errors import GpugapError, RetriableError
+
+log = logging.getLogger("gpugap.web")
+
+WORKERS = 9  # queries at once: the page asks nine things at once on each change
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
+          ".md": "text/plain", ".svg": "image/svg+xml", ".png": "image/png"}  # fmt: skip
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+def reader(settings: ClickHouseSettings) -> ClickHouseSettings:
+    """The settings the page queries with: the read-only user's where its password is set."""
+    if settings.readonly_password is None:
+        return settings
+    return settings.model_copy(
+        update={"user": settings.readonly_user, "password": settings.readonly_password}
+    )
+
+
+def assets() -> dict[str, bytes]:
+    """Every file of the page, by its path under /static/ (read once, at start)."""
+    out: dict[str, bytes] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        for child in node.iterdir():
+            if child.is_dir():
+                walk(child, f"{prefix}{child.name}/")
+            elif not child.name.startswith("."):
+                out[prefix + child.name] = child.read_bytes()
+
+    walk(resources.files("gpugap.web") / "static", "")
+    return out
+
+
+class Workers:
+    """A few threads, each with its own ClickHouse client, running queries in turn; started at
+    once and stopped with the server (never a thread per request)."""
+
+    def __init__(self, settings: ClickHouseSettings, n: int = WORKERS) -> None:
+        self.settings = settings
+        self.jobs: queue.Queue[tuple[Query, Future[api.Rows]] | None] = queue.Queue()
+        self.threads = [
+            threading.Thread(target=self._work, name=f"gpugap-web-{i}", daemon=True)
+            for i in range(n)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _work(self) -> None:
+        from gpugap.report.query import open_client, run_query
+
+        client: Any = None
+        try:
+            while (job := self.jobs.get()) is not None:
+                q, fut = job
+                if not fut.set_running_or_notify_cancel():
+                    continue
+                try:
+                    if client is None:
+                        client = open_client(self.settings)
+                    result = self._query(client, q, run_query)
+                    fut.set_result((list(result.column_names), list(result.result_rows)))
+                except BaseException as exc:  # the caller gets it, the thread goes on
+                    fut.set_exception(exc)
+        finally:
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+
+    def _query(self, client: Any, q: Query, run_query: Callable[..., Any]) -> Any:
+        if self.settings.readonly_password is None:  # readonly=2 on each query
+            return run_query(client, q.sql, q.params)
+        # the read-only user may not even name the readonly setting (the endpoint refuses it)
+        from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
+
+        from gpugap.report.query import QueryError, one_line
+
+        try:
+            return client.query(q.sql, parameters=q.params)
+        except OperationalError as exc:
+            raise RetriableError(f"ClickHouse is unavailable: {one_line(exc)}") from None
+        except DatabaseError as exc:
+            raise QueryError(f"ClickHouse refused the query: {one_line(exc)}") from None
+
+    async def run(self, q: Query) -> api.Rows:
+        fut: Future[api.Rows] = Future()
+        self.jobs.put((q, fut))
+        return await asyncio.wrap_future(fut)
+
+    def stop(self) -> None:
+        for _ in self.threads:
+            self.jobs.put(None)
+        for t in self.threads:
+            t.join(timeout=30)
+
+
+WORKERS_KEY = web.AppKey("workers", Workers)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    body = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return web.Response(text=body, status=status, content_type="application/json")
+
+
+def make_app(settings: ClickHouseSettings, host: str = "127.0.0.1") -> web.Application:
+    """The page's application; its queries run as ``reader(settings)``."""
+    files = assets()
+    loopback = host in _LOOPBACK or host.startswith("127.")
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405, text="GET only\n", headers={"Allow": "GET, HEAD"})
+        if loopback and (request.url.host or "") not in _LOOPBACK | {host}:
+            return web.Response(status=421, text="this page answers on the loopback only\n")
+        response: web.StreamResponse = await handler(request)
+        response.headers.update(HEADERS)
+        return response
+
+    app = web.Application(middlewares=[guard], client_max_size=1024)
+
+    async def index(request: web.Request) -> web.Response:
+        return web.Response(body=files["index.html"], content_type="text/html", charset="utf-8")
+
+    async def static(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        body = files.get(name)
+        if body is None:
+            raise web.HTTPNotFound()
+        kind = _TYPES.get("." + name.rsplit(".", 1)[-1], "application/octet-stream")
+        return web.Response(body=body, content_type=kind)
+
+    async def query(request: web.Request) -> web.Response:
+        if len(request.query_string) > 8192:
+            return _json({"error": "the query string is too long"}, 414)
+        given: dict[str, list[str]] = {}
+        for k, v in request.query.items():
+            given.setdefault(k, []).append(v)
+        try:
+            data = await api.answer(request.match_info["name"], given, app[WORKERS_KEY].run)
+        except params.BadRequest as exc:
+            return _json({"error": str(exc)}, 400)
+        except api.NotFound:
+            return _json({"error": f"no query named {request.match_info['name'][:40]!r}"}, 404)
+        except GpugapError as exc:
+            log.warning("query %s: %s", request.match_info["name"], exc)
+            return _json({"error": str(exc)}, 502)
+        return _json(data)
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def start(app: web.Application) -> None:
+        app[WORKERS_KEY] = Workers(reader(settings))
+
+    async def stop(app: web.Application) -> None:
+        await asyncio.to_thread(app[WORKERS_KEY].stop)
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.router.add_get("/", index)
+    app.router.add_get("/healthz", health)
+    app.router.add_get("/static/{name:[A-Za-z0-9_./-]+}", static)
+    app.router.add_get("/api/{name:[a-z_]{1,40}}", query)
+    return app
+
+
+async def _serve(app: web.Application, host: str, port: int, stop: asyncio.Event,
+                 started: Callable[[int], None]) -> None:  # fmt: skip
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    server = getattr(site, "_server", None)
+    sockets = getattr(server, "sockets", None) or []
+    started(sockets[0].getsockname()[1] if sockets else port)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def url_for(host: str, port: int) -> str:
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+
+
+def serve(settings: ClickHouseSettings, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+    """Run until SIGTERM/SIGINT."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+        def started(p: int) -> None:
+            print(f"capacity-gap page: {url_for(host, p)}", flush=True)
+
+        await _serve(make_app(settings, host), host, port, stop, started)
+
+    asyncio.run(main())
+
+
+class Background:
+    """The page served from a thread of its own (tests, benchmarks): ``.url``, ``.stop()``."""
+
+    def __init__(self, settings: ClickHouseSettings, host: str = "127.0.0.1", port: int = 0):
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self.port = port
+        self.error: BaseException | None = None
+
+        async def main() -> None:
+            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+
+            def started(p: int) -> None:
+                self.port = p
+                self._ready.set()
+
+            await _serve(make_app(settings, host), host, port, self._stop, started)
+
+        def run() -> None:
+            try:
+                asyncio.run(main())
+            except BaseException as exc:
+                self.error = exc
+                self._ready.set()
+
+        self.url = ""
+        self._thread = threading.Thread(target=run, name="gpugap-web", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        if self.error is not None:
+            raise self.error
+        self.url = url_for(host, self.port)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)

@@ -1,0 +1,186 @@
+"""The page's tests share one warehouse (the demo's day, tests/bi/demo_data.py, ~100 s), one
+page server over it (as the read-only user) and one headless Chromium (Debian's, driven by
+Playwright; never a browser Playwright downloads). A missing browser or driver fails the
+tests under CI=true and skips them elsewhere, like every other service."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from gpugap.settings import ClickHouseSettings
+from tests.conftest import READER_PASSWORD, unavailable
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None
+
+
+@dataclass
+class DemoWarehouse:
+    settings: ClickHouseSettings  # the admin's, on the demo's database
+    admin: Any  # a clickhouse-connect client
+
+    def one(self, sql: str, **params: Any) -> Any:
+        return self.admin.query(sql, parameters=params).result_rows[0][0]
+
+    def rows(self, sql: str, **params: Any) -> list[Any]:
+        return list(self.admin.query(sql, parameters=params).result_rows)
+
+
+@pytest.fixture(scope="session")
+def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWarehouse]:
+    from sinks.clickhouse.warehouse import connect, migrate
+    from tests.bi.demo_data import load
+
+    settings = clickhouse_server.model_copy(
+        update={
+            "database": f"web{uuid.uuid4().hex[:10]}",
+            "readonly_password": clickhouse_server.readonly_password or SecretStr(READER_PASSWORD),
+        }
+    )
+    migrate(settings)
+    load(settings)
+    admin = connect(settings)
+    try:
+        yield DemoWarehouse(settings, admin)
+    finally:
+        admin.command(f"DROP DATABASE IF EXISTS `{settings.database}`")
+        admin.close()
+
+
+@pytest.fixture(scope="session")
+def page_url(demo_warehouse: DemoWarehouse) -> Iterator[str]:
+    """The page over the demo's warehouse, served from a thread (as ``gpugap web`` does)."""
+    from gpugap.web.server import Background
+
+    server = Background(demo_warehouse.settings)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """A headless Chromium context with a fresh profile of its own."""
+    exe = chromium_path()
+    if exe is None:
+        unavailable("Chromium is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("the playwright package is not installed (pip install -e '.[test]')")
+    profile = tempfile.mkdtemp(prefix="gpugap-chromium-")
+    pw = sync_playwright().start()
+    try:
+        context = pw.chromium.launch_persistent_context(
+            profile,
+            executable_path=exe,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
+    except Exception as exc:
+        pw.stop()
+        shutil.rmtree(profile, ignore_errors=True)
+        unavailable(f"Chromium ({exe}) did not start under Playwright: {exc}")
+    try:
+        yield context
+    finally:
+        context.close()
+        pw.stop()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@dataclass
+class Tab:
+    page: Any  # a Playwright Page
+    url: str  # the page server's
+    errors: list[str] = field(default_factory=list)  # console errors, uncaught exceptions
+    foreign: list[str] = field(default_factory=list)  # requests beyond the page's server
+
+    def open(self, query: str = "") -> None:
+        """Load the page (with ``query``) and wait until it drew everything."""
+        self.page.goto(self.url + query)
+        self.ready(0)
+
+    def generation(self) -> int:
+        return int(self.page.get_attribute("body", "data-generation") or 0)
+
+    def ready(self, after: int) -> None:
+        """Wait until a view newer than generation ``after`` is drawn, or the page says why not."""
+        # a function, not an expression: the page's CSP forbids eval, which an expression needs
+        self.page.wait_for_function(
+            "(after) => document.body.dataset.state === 'error' || "
+            "(document.body.dataset.state === 'ready' && "
+            "Number(document.body.dataset.generation) > after)",
+            arg=after,
+            timeout=60_000,
+        )
+        state = self.page.get_attribute("body", "data-state")
+        assert state == "ready", self.page.text_content("#status")
+
+    def value(self, element_id: str) -> float:
+        return float(self.page.get_attribute(f"#{element_id}", "data-value") or "nan")
+
+    def window(self) -> tuple[int, int]:
+        since = self.page.get_attribute("body", "data-since")
+        until = self.page.get_attribute("body", "data-until")
+        return int(since or 0), int(until or 0)
+
+
+@pytest.fixture
+def tab(browser: Any, page_url: str) -> Iterator[Tab]:
+    """A new tab on the page's server; console errors and foreign requests are recorded."""
+    t = Tab(browser.new_page(), page_url)
+    t.page.on("console", lambda m: t.errors.append(m.text) if m.type == "error" else None)
+    t.page.on("pageerror", lambda e: t.errors.append(str(e)))
+    t.page.on("request", lambda r: None if r.url.startswith(page_url) else t.foreign.append(r.url))
+    try:
+        yield t
+    finally:
+        t.page.close()
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> list[Path]:
+    """Where screenshots go: the test's tmp dir, and $GPUGAP_ARTIFACTS when it is set."""
+    dirs = [tmp_path]
+    extra = os.environ.get("GPUGAP_ARTIFACTS")
+    if extra:
+        Path(extra).mkdir(parents=True, exist_ok=True)
+        dirs.append(Path(extra))
+    return dirs
+
+
+def screenshot(page: Any, dirs: list[Path], name: str) -> list[Path]:
+    # the bytes, written here: Playwright writes a path= in a thread it starts then (a leak)
+    png = page.screenshot(full_page=True)
+    paths = [d / f"web-{name}.png" for d in dirs]
+    for p in paths:
+        p.write_bytes(png)
+    return paths

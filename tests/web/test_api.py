@@ -1,0 +1,124 @@
+"""The page's API: only named queries, every parameter validated and bounded, values bound (never
+SQL text), read-only, loopback-only, and every asset shipped in the package."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from importlib import resources
+
+import pytest
+import requests
+
+from gpugap.settings import ClickHouseSettings
+from gpugap.web import params, queries
+from gpugap.web.server import HEADERS, assets, reader
+from tests.web.conftest import DemoWarehouse
+
+NOW = datetime(2026, 1, 2, tzinfo=UTC)
+
+
+def q(**kw: object) -> dict[str, list[str]]:
+    return {k: v if isinstance(v, list) else [str(v)] for k, v in kw.items()}  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        (q(sql="SELECT 1"), "unknown parameter"),
+        (q(to=1, **{"from": 2}), "before"),
+        (q(**{"from": "1e9"}), "whole seconds"),
+        (q(**{"from": -5}), "whole seconds"),
+        (q(to=4_102_444_801), "whole seconds"),
+        (q(to=10**12), "whole seconds"),
+        (q(to=500 * 86400, **{"from": 0}), "at most 400 days"),
+        (q(team=[f"t{i}" for i in range(51)]), "at most 50"),
+        (q(team="x" * 129), "printable"),
+        (q(cluster="a\nb"), "printable"),
+        (q(cluster=""), "printable"),
+        (q(by="owner"), "by:"),
+        (q(by=["class", "team"]), "once"),
+        (q(limit=0), "limit"),
+        (q(limit=201), "limit"),
+        (q(limit="1; DROP"), "limit"),
+    ],
+)
+def test_bad_parameters_are_refused_with_a_reason(given: dict[str, list[str]], why: str) -> None:
+    with pytest.raises(params.BadRequest, match=why):
+        params.filters(given, NOW)
+
+
+def test_good_parameters_become_bound_values_never_sql() -> None:
+    evil = "x' OR 1=1 --"
+    f = params.filters(q(team=[evil, "b", evil], by="team", limit=7), NOW)
+    assert f.teams == ("b", evil) and f.by == "team" and f.limit == 7
+    assert (f.until - f.since).total_seconds() == 86400  # the default: the last 24 hours
+    for build in queries.FILTERED.values():
+        query = build(f)
+        assert evil not in query.sql
+        assert set(re.findall(r"\{(\w+):", query.sql)) == set(query.params)
+    # the dimension is a column name from a fixed map, chosen by the validated value
+    assert " team AS g" in queries.timeseries(f).sql
+    key = params.allocation(q(cluster="c1", allocation=evil))
+    assert evil not in queries.allocation_timeline(key).sql
+    with pytest.raises(params.BadRequest):
+        params.allocation(q(cluster="c1"))
+
+
+def test_long_ranges_chart_daily_rows_in_few_buckets() -> None:
+    week = params.filters(q(to=7 * 86400, **{"from": 0}), NOW)
+    assert queries.buckets(week) == ("hour", 1)
+    year = params.filters(q(to=365 * 86400, **{"from": 0}), NOW)
+    grain, step = queries.buckets(year)
+    assert grain == "day" and 365 * 24 / step <= queries.MAX_POINTS
+
+
+def test_the_page_queries_as_the_read_only_user() -> None:
+    s = ClickHouseSettings(readonly_password="pw")
+    assert reader(s).user == s.readonly_user and reader(s).password is not None
+    plain = ClickHouseSettings(readonly_password=None)
+    assert reader(plain).user == plain.user  # then in readonly=2 mode (gpugap.report.query)
+
+
+def test_every_asset_ships_in_the_package_and_names_no_other_host() -> None:
+    files = assets()
+    assert {"index.html", "app.js", "tables.js", "app.css", "vendor/chart.umd.min.js",
+            "vendor/LICENSE.md"} <= set(files)  # fmt: skip
+    assert b"Chart.js v4" in files["vendor/chart.umd.min.js"][:200]
+    assert b"MIT" in files["vendor/LICENSE.md"]
+    page = b"".join(files[n] for n in ("index.html", "app.js", "tables.js", "app.css"))
+    assert not re.search(rb"(src|href)=\"(https?:)?//", page)
+    assert not re.search(rb"fetch\(\s*[\"'`]https?:", page)
+    # the vendored file is the one the fetch script pins (python -m gpugap.web.vendor)
+    from gpugap.web import vendor
+
+    assert vendor.VERSION.encode() in files["vendor/chart.umd.min.js"][:200]
+    assert (resources.files("gpugap.web") / "static" / "vendor" / "chart.umd.min.js").is_file()
+
+
+def test_the_server_answers_only_what_it_should(
+    page_url: str, demo_warehouse: DemoWarehouse
+) -> None:
+    r = requests.get(page_url, timeout=10)
+    assert r.status_code == 200 and "text/html" in r.headers["Content-Type"]
+    for header, value in HEADERS.items():
+        assert r.headers[header] == value
+    assert "default-src 'none'" in r.headers["Content-Security-Policy"]
+    ok = requests.get(page_url + "api/summary", params={"team": "x' OR 1=1 --"}, timeout=30)
+    assert ok.status_code == 200 and ok.json()["allocated_gpu_h"] == 0  # a value, not SQL
+    bad = requests.get(page_url + "api/summary", params={"limit": "999"}, timeout=10)
+    assert bad.status_code == 400 and "limit" in bad.json()["error"]
+    assert requests.get(page_url + "api/drop_everything", timeout=10).status_code == 404
+    assert requests.get(page_url + "api/extent?x=1", timeout=10).status_code == 400
+    assert requests.post(page_url + "api/summary", data="SELECT 1", timeout=10).status_code == 405
+    assert requests.get(page_url + "static/../server.py", timeout=10).status_code == 404
+    assert requests.get(page_url + "static/%2e%2e/server.py", timeout=10).status_code == 404
+    long = requests.get(page_url + "api/summary?" + "team=a&" * 2000, timeout=10)
+    assert long.status_code in (400, 414)
+    # DNS rebinding: a request addressed to another host name is refused
+    foreign = requests.get(page_url, headers={"Host": "attacker.example"}, timeout=10)
+    assert foreign.status_code == 421
+    extent = requests.get(page_url + "api/extent", timeout=10).json()
+    assert extent["latest"] > extent["first"] > 0
+    options = requests.get(page_url + "api/options", timeout=10).json()
+    assert options["clusters"] and options["teams"] and options["classes"]
