@@ -21,6 +21,7 @@ OWN_OPTIONS = {
     "kubernetes-real": "benchmarks.kubernetes_real",
     # the report's views through the BI drivers (tests/bi/drivers.py) beside clickhouse-connect
     "bi": "benchmarks.bi",
+    "web": "benchmarks.web",  # the web page in headless Chromium
 }
 
 
@@ -42,6 +43,12 @@ def _warehouse(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from benchmarks.report import main
+
+    return main(_rows(args), args.repeats, args.clickhouse)
+
+
+def _recommend(args: argparse.Namespace) -> int:
+    from benchmarks.recommend import main
 
     return main(_rows(args), args.repeats, args.clickhouse)
 
@@ -93,6 +100,7 @@ SUBJECTS: dict[str, Callable[[argparse.Namespace], int]] = {
     "all": _kafka,  # codec and kafka
     "warehouse": _warehouse,
     "report": _report,
+    "recommend": _recommend,
     "kubernetes": _kubernetes,
     "nvml": _nvml,
     "dcgm": _dcgm,

@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gpugap.cli_sim import register as register_sim  # simulate, record, replay
 
     register_sim(sub, cmd)
-    from gpugap.cli_demo import register as register_demo  # demo
+    from gpugap.cli_demo import register as register_demo  # demo, web
 
     register_demo(sub, cmd)
     from streams.cli import register as register_streams  # worker
@@ -347,6 +347,12 @@ def build_parser() -> argparse.ArgumentParser:
     from gpugap.cli_report import register as register_report  # report, sql
 
     register_report(sub, cmd)
+    from gpugap.cost.cli import register as register_cost  # cost show, cost load
+
+    register_cost(sub, cmd)
+    from gpugap.recommend.cli import register as register_recommend  # recommend ...
+
+    register_recommend(sub, cmd)
     from producers.slurm.cli import register as register_slurm  # slurm-hook, produce --since
 
     register_slurm(sub, cmd)

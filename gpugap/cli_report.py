@@ -39,6 +39,12 @@ def register(sub: Any, cmd: Cmd) -> None:
     rep.add_argument(
         "--schema", action="store_true", help="print the JSON Schema of --format json and exit"
     )
+    rep.add_argument(
+        "--cost",
+        action="store_true",
+        help="add currency, energy and CO2 per class and cluster, boundary transfers, and the "
+        "rate card used (docs/cost.md)",
+    )
     _clickhouse_flag(rep)
 
     sql = cmd(
@@ -110,7 +116,12 @@ def _report(args: argparse.Namespace) -> int:
     )
 
     if args.schema:
-        print(json.dumps(report_schema(), indent=2))
+        schema = report_schema()
+        if args.cost:
+            from gpugap.cost.report import extend_schema
+
+            schema = extend_schema(schema)
+        print(json.dumps(schema, indent=2))
         return 0
     # every argument is checked before connecting: a typo fails fast, with or without a server
     if args.by not in BY_COLUMN:
@@ -124,9 +135,14 @@ def _report(args: argparse.Namespace) -> int:
     client = open_client(settings)
     try:
         report = build_report(client, since, until, args.by, args.top)
+        text = render(report, args.format)
+        if args.cost:
+            from gpugap.cost.report import build_cost, render_with
+
+            text = render_with(text, build_cost(client, since, until, args.top), args.format)
     finally:
         client.close()
-    print(render(report, args.format))
+    print(text)
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -57,6 +58,8 @@ class Demo:
     tmp: Path | None = None
     started: float = field(default_factory=time.monotonic)
     tty: bool = field(default_factory=sys.stdout.isatty)
+    reader_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    web_url: str = ""
 
     # --- set-up ----------------------------------------------------------------------------
 
@@ -85,7 +88,8 @@ class Demo:
         url = f"http://127.0.0.1:{port}"
         self._say(f"starting the embedded ClickHouse endpoint on {url}")
         cmd = [*GPUGAP, "clickhouse", "serve", "--path", str(state / "clickhouse")]
-        self._spawn("clickhouse", [*cmd, "--port", str(port)], {})
+        reader = {"GPUGAP_CLICKHOUSE_READONLY_PASSWORD": self.reader_password}  # the page's
+        self._spawn("clickhouse", [*cmd, "--port", str(port)], reader)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/ping", timeout=1):  # noqa: S310 (our own http URL)
@@ -96,7 +100,7 @@ class Demo:
         raise ServiceError(f"the ClickHouse endpoint did not answer on {url} within 60 s")
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
-        quiet = name in ("clickhouse", "worker", "sink")
+        quiet = name in ("clickhouse", "worker", "sink", "web")
         self.procs[name] = subprocess.Popen(
             cmd,
             env={**os.environ, **env, "GPUGAP_DEMO_DIR": str(self.tmp)},  # marks ours
@@ -123,6 +127,7 @@ class Demo:
             "GPUGAP_CLICKHOUSE_DATABASE": ch.database,
         }
         migrate(ch)
+        self._start_web(env)
         create_topics(kafka, WORKER_GROUP)
         metrics = free_port()
         truth = self.opts.truth or self.tmp / "truth.json"
@@ -165,9 +170,27 @@ class Demo:
             print()
             print(against_truth(report.breakdown, truth_data))
             self._say(f"ground truth of the scenario: {truth}")
+        self._recommendations(ch)
         self._where(url, ch)
         self._hold()
         return 0
+
+    def _recommendations(self, ch: ClickHouseSettings) -> None:
+        """The top recommendations (gpugap recommend compute), after the report."""
+        from gpugap.recommend import recommend_for
+        from gpugap.recommend.cli import summary_lines
+
+        try:
+            w, recs = recommend_for(ch)
+        except Exception as exc:  # the demo goes on: the report is what it is about
+            self._say(f"recommendations: not computed ({exc})")
+            return
+        print()
+        print(
+            f"Top recommendations ({len(recs)} from {w.history_days:.1f} days; gpugap "
+            "recommend list / show ID / decide ID accept --by WHO --why ...):"
+        )
+        print("\n".join(summary_lines(recs, 5)) if recs else "  none")
 
     def _speed(self) -> float | None:
         """None (the default): publish everything first, then process; X: a live replay."""
@@ -259,6 +282,8 @@ class Demo:
             f"database='{ch.database}').query('{q}').result_rows)\"\n"
             f'  gpugap report --clickhouse {url}    gpugap sql --clickhouse {url} "..."\n'
         )
+        if self.web_url:
+            print(f"The capacity-gap page: {self.web_url}\n", flush=True)
 
     def _hold(self) -> None:
         if self.opts.duration_s is None:
@@ -273,6 +298,21 @@ class Demo:
                 self._say(f"running for {left:.0f} s more (--duration); Ctrl-C stops earlier")
                 time.sleep(left)
 
+    def _start_web(self, env: dict[str, str]) -> None:
+        """``gpugap web`` over the demo's warehouse, as the endpoint's read-only user."""
+        from gpugap.web import DEFAULT_PORT, answers
+
+        port = DEFAULT_PORT if _port_free(DEFAULT_PORT) else free_port()
+        if not self.opts.clickhouse:  # our endpoint: its read-only user is the page's
+            env = {**env, "GPUGAP_CLICKHOUSE_READONLY_PASSWORD": self.reader_password}
+        self._spawn("web", [*GPUGAP, "web", "--port", str(port)], env)
+        url = f"http://127.0.0.1:{port}/"
+        if answers(url):
+            self.web_url = url
+            self._say(f"the capacity-gap page: {url} (it fills in as the data arrives)")
+        else:
+            self._say("the capacity-gap page did not start: see the lines above")
+
     def _pipeline(self, worker: list[str], quiet: dict[str, str], env: dict[str, str]) -> None:
         """The worker, the sink and, with ``--notify``, the alert targets as a newcomer would
         run them (their own process; ``console`` prints each alert opened and resolved)."""
@@ -283,7 +323,7 @@ class Demo:
             self._say(f"notifying: {', '.join(self.opts.notify)}")
 
     def stop(self) -> None:
-        for name in ("simulate", "worker", "notify", "sink", "clickhouse"):
+        for name in ("simulate", "worker", "notify", "sink", "web", "clickhouse"):
             p = self.procs.get(name)
             if p is None or p.poll() is not None:
                 continue

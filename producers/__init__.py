@@ -21,6 +21,8 @@ REGISTRY: dict[str, str] = {
     "dcgm": "producers.dcgm.plugin:PLUGIN",
     "kubernetes": "producers.kubernetes.plugin:PLUGIN",
     "slurm": "producers.slurm.plugin:PLUGIN",
+    "transfers-csv": "producers.transfers.plugin:PLUGIN",
+    "transfers-prometheus": "producers.transfers.plugin_prometheus:PLUGIN",
 }
 
 

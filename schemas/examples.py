@@ -21,8 +21,13 @@ from schemas.models import (
     MigInstance,
     NodeGpus,
     NodeSample,
+    Recommendation,
+    RecommendationChange,
+    RecommendationEvidence,
+    RecommendationTarget,
     Record,
     SlurmJobEvent,
+    Transfer,
 )
 from schemas.types import ActivityMetric, SampleSource
 
@@ -200,6 +205,20 @@ def one_of_each() -> dict[str, Record]:
             code=200,
             alert=alert,
         ),
+        "transfers.v1": Transfer(
+            event_id="billing/prod/line-1",
+            time=t,
+            interval_s=3600.0,
+            **common,
+            from_env="cloud",
+            to_env="onprem",
+            bytes=5 << 30,
+            source="billing_csv",
+            team="vision",
+            description="DataTransfer-Out-Bytes",
+            billed_cost=0.45,
+            billed_currency="USD",
+        ),
         "dead-letter.v1": DeadLetter(
             time=t,
             source_topic="gpu.samples.v1",
@@ -210,4 +229,29 @@ def one_of_each() -> dict[str, Record]:
             reason="gpu.samples.v1: not valid JSON",
             consumer="test",
         ),
+        "recommendations.v1": example_recommendation(t),
     }
+
+
+def example_recommendation(t: datetime) -> Recommendation:
+    """A Slurm --time recommendation, as ``gpugap recommend compute`` writes them."""
+    return Recommendation(
+        id="time-0123456789ab",
+        kind="slurm_time_limit",
+        target=RecommendationTarget(
+            kind="slurm_job_family", scheduler="slurm", cluster="prod", user="alice",
+            account="vision", job_name="train", partition="gpu",
+        ),
+        workload_class="batch",
+        change=RecommendationChange(parameter="time_limit_s", from_value="86400", to_value="9000"),
+        evidence=RecommendationEvidence(
+            query="SELECT * FROM v_slurm_padding WHERE user = 'alice'",
+            since=t - timedelta(days=7), until=t, history_days=7.0, allocations=14, samples=14,
+            hours=28.0, gpu_hours=56.0, figures={"p95_elapsed_s": 7200.0},
+        ),
+        saved_gpu_hours_per_week=540.0,
+        confidence=0.84,
+        rationale="p95 elapsed 2 h + 20 % margin, rounded up to 15 min",
+        apply="scontrol update JobId=<id> TimeLimit=2:30:00",
+        computed_at=t,
+    )  # fmt: skip

@@ -398,3 +398,98 @@ class DeadLetter(Record):
     kind: DeadLetterKind
     reason: Text
     consumer: Text | None = Field(default=None, description="which part routed it")
+
+
+# --- recommendations ----------------------------------------------------------------------
+
+
+class RecommendationTarget(Record):
+    """What a recommendation is about: a Slurm job family (cluster, user, account, job name,
+    partition) or partition, or a Kubernetes workload (namespace, owner kind and name)."""
+
+    kind: Text = Field(description="slurm_job_family | slurm_partition | k8s_workload")
+    scheduler: Scheduler
+    cluster: Name
+    user: Text | None = None
+    account: Text | None = None
+    job_name: Text | None = None
+    partition: Text | None = None
+    namespace: Text | None = None
+    owner_kind: Text | None = Field(default=None, description="Deployment, Notebook, PyTorchJob")
+    owner_name: Text | None = None
+
+
+class RecommendationChange(Record):
+    parameter: Text = Field(description="time_limit_s, gpus, idle_cull_minutes, scheduler")
+    from_value: Text
+    to_value: Text
+
+
+class RecommendationEvidence(Record):
+    """What the recommendation rests on: a query anyone can run and the sample it read."""
+
+    query: Text = Field(description="SQL over the warehouse views, values inlined")
+    since: UtcTime
+    until: UtcTime
+    history_days: NonNegFloat
+    allocations: NonNegInt = Field(description="jobs or pods in the sample")
+    samples: NonNegInt = Field(description="what the confidence counts: jobs, episodes")
+    hours: NonNegFloat = Field(description="wall-clock hours of the sample")
+    gpu_hours: NonNegFloat = Field(description="GPU-hours allocated in the sample")
+    spread: NonNegFloat = Field(default=0.0, description="coefficient of variation of the basis")
+    figures: dict[Text, float] = Field(default_factory=dict, max_length=32)
+
+
+class Recommendation(Record):
+    """A change for a person to review; gpugap never applies it. The same target and change
+    always get the same id, so recomputing replaces, never duplicates."""
+
+    id: EventId
+    kind: Text = Field(description="slurm_time_limit, gpu_count, idle_culling, placement")
+    target: RecommendationTarget
+    workload_class: WorkloadClass
+    change: RecommendationChange
+    evidence: RecommendationEvidence
+    saved_gpu_hours_per_week: NonNegFloat
+    confidence: Ratio
+    rationale: Text = ""
+    apply: Text = Field(default="", description="what a person runs to apply it")
+    computed_at: UtcTime
+
+
+# --- boundary transfers (cost, docs/cost.md) ------------------------------------------------
+
+#: bytes one transfer record may carry (1 EiB: far beyond any billing line or counter interval)
+MAX_TRANSFER_BYTES = 1 << 60
+#: seconds one transfer may span (a monthly billing line)
+MAX_TRANSFER_INTERVAL_S = 31 * 86_400.0
+Environment = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
+
+
+class Transfer(Record):
+    """Bytes moved between two environments (on-prem, a cloud, the internet) in one interval:
+    a cloud billing egress line, or an interface counter's increase on a node. The event id
+    makes a re-import or a re-delivery change nothing."""
+
+    event_id: EventId
+    time: UtcTime = Field(description="start of the interval the bytes were moved in")
+    interval_s: NonNegFloat = Field(default=0.0, le=MAX_TRANSFER_INTERVAL_S)
+    cluster: Name
+    from_env: Environment = Field(description="where the bytes left: 'onprem', 'cloud'...")
+    to_env: Environment
+    bytes: NonNegInt = Field(le=MAX_TRANSFER_BYTES)
+    source: Name = Field(description="billing_csv, node_exporter")
+    node: Name | None = None
+    interface: Annotated[str, Field(max_length=64)] | None = None
+    team: Text | None = None
+    owner: Text | None = None
+    allocation_id: EventId | None = None
+    description: Text | None = Field(default=None, description="the billing line's usage type")
+    billed_cost: NonNegFloat | None = Field(default=None, description="what the bill says")
+    billed_currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] | None = None
+
+    @model_validator(mode="after")
+    def _two_sides(self) -> Self:
+        if self.from_env == self.to_env:
+            raise ValueError("from_env and to_env must differ (a transfer crosses a boundary)")
+        return self

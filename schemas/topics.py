@@ -15,8 +15,10 @@ from schemas.models import (
     GpuMinute,
     K8sPodEvent,
     NodeSample,
+    Recommendation,
     Record,
     SlurmJobEvent,
+    Transfer,
 )
 
 M = TypeVar("M", bound=Record)
@@ -104,10 +106,31 @@ DEAD_LETTER: Topic[DeadLetter] = Topic(
     "Records that failed to decode, validate or process, with the reason.",
 )
 
+RECOMMENDATIONS: Topic[Recommendation] = Topic(
+    "recommendations.v1",
+    Recommendation,
+    "id",
+    "recommendation",
+    lambda r: r.id,
+    "Changes for a person to review (time limits, GPU counts, idle culling, placement).",
+)
+
 TOPICS: dict[str, Topic[Any]] = {
     t.name: t
     for t in (SAMPLES, SLURM_JOBS, K8S_PODS, ALLOCATIONS, MINUTES, ALERTS, DELIVERIES, DEAD_LETTER)
 }
+TOPICS[RECOMMENDATIONS.name] = RECOMMENDATIONS
+
+
+TRANSFERS: Topic[Transfer] = Topic(
+    "transfers.v1",
+    Transfer,
+    "cluster/event_id",
+    "transfer",
+    lambda r: f"{r.cluster}/{r.event_id}",
+    "Bytes moved across the boundary between environments (billing lines, node counters).",
+)
+TOPICS[TRANSFERS.name] = TRANSFERS
 
 
 def by_name(name: str, prefix: str = "") -> Topic[Any]:

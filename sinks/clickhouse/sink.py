@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpugap.cost.card import RateCard, configured_card, write_rate_card
 from gpugap.settings import ClickHouseSettings, Settings
 from schemas import (
     Alert,
@@ -26,7 +27,17 @@ from schemas import (
     SlurmJobEvent,
 )
 from schemas.errors import RetriableError
-from schemas.topics import ALERTS, DEAD_LETTER, DELIVERIES, K8S_PODS, MINUTES, SLURM_JOBS
+from schemas.models import Recommendation, Transfer
+from schemas.topics import (
+    ALERTS,
+    DEAD_LETTER,
+    DELIVERIES,
+    K8S_PODS,
+    MINUTES,
+    RECOMMENDATIONS,
+    SLURM_JOBS,
+    TRANSFERS,
+)
 from schemas.types import LifecycleKind, PodEventKind, WorkloadClass
 from sinks.base import BatchingSink, Rejected
 from sinks.clickhouse.warehouse import as_gpugap_error, connect
@@ -78,6 +89,8 @@ ALLOCATION_COLUMNS = [
     "final_state",
     "exit_code",
     "interactive",
+    "owner_kind",
+    "owner_name",
 ]
 ALERT_COLUMNS = [
     "alert_id",
@@ -233,6 +246,8 @@ def slurm_row(e: SlurmJobEvent) -> list[Any]:
         e.state.value if end else None,
         e.exit_code if end else None,
         int(e.interactive),
+        "",
+        "",
     ]
 
 
@@ -261,6 +276,8 @@ def pod_row(e: K8sPodEvent) -> list[Any]:
         reason,
         None,
         0,
+        e.owner_kind or "",
+        e.owner_name or "",
     ]
 
 
@@ -323,9 +340,60 @@ def dead_letter_row(d: DeadLetter) -> list[Any]:
     ]
 
 
+RECOMMENDATION_COLUMNS = [
+    "id", "kind", "scheduler", "cluster", "target_kind", "target", "user", "account", "job_name",
+    "partition", "namespace", "owner_kind", "owner_name", "workload_class", "parameter",
+    "from_value", "to_value", "saved_gpu_h_per_week", "confidence", "history_days", "allocations",
+    "samples", "sample_hours", "sample_gpu_h", "spread", "since", "until", "evidence_query",
+    "rationale", "apply", "record", "computed_at",
+]  # fmt: skip
+
+
+def recommendation_target(r: Recommendation) -> str:
+    """The target as people read it: 'hpc: alice/vision train-resnet (gpu)', 'k8s: ml
+    PyTorchJob/trainer'."""
+    t = r.target
+    if t.kind == "k8s_workload":
+        return f"{t.cluster}: {t.namespace or '-'} {t.owner_kind or '-'}/{t.owner_name or '-'}"
+    who = "/".join(v for v in (t.user, t.account) if v)
+    name = f" {t.job_name}" if t.job_name else ""
+    part = f" ({t.partition})" if t.partition else ""
+    return f"{t.cluster}: {who or '-'}{name}{part}"
+
+
+def recommendation_row(r: Recommendation) -> list[Any]:
+    t, e = r.target, r.evidence
+    return [
+        r.id, r.kind, t.scheduler.value, t.cluster, t.kind, recommendation_target(r),
+        t.user or "", t.account or "", t.job_name or "", t.partition or "", t.namespace or "",
+        t.owner_kind or "", t.owner_name or "", r.workload_class.value, r.change.parameter,
+        r.change.from_value, r.change.to_value, r.saved_gpu_hours_per_week, r.confidence,
+        e.history_days, e.allocations, e.samples, e.hours, e.gpu_hours, e.spread, e.since,
+        e.until, e.query, r.rationale, r.apply, r.model_dump_json(), r.computed_at,
+    ]  # fmt: skip
+
+
+TRANSFER_COLUMNS = [
+    "event_id", "time", "interval_s", "cluster", "from_env", "to_env", "bytes", "source", "node",
+    "interface", "team", "owner", "allocation_id", "description", "billed_cost",
+    "billed_currency", "ingested_at",
+]  # fmt: skip
+
+
+def transfer_row(t: Transfer, now: datetime) -> list[Any]:
+    return [
+        t.event_id, t.time, t.interval_s, t.cluster, t.from_env, t.to_env, t.bytes, t.source,
+        t.node or "", t.interface or "", t.team or "", t.owner or "", t.allocation_id or "",
+        t.description or "", t.billed_cost, t.billed_currency or "", now,
+    ]  # fmt: skip
+
+
 class ClickHouseSink(BatchingSink):
     name = "clickhouse"
-    topics = (MINUTES, SLURM_JOBS, K8S_PODS, ALERTS, DELIVERIES, DEAD_LETTER)
+    topics = (
+        *(MINUTES, SLURM_JOBS, K8S_PODS, ALERTS, DELIVERIES, DEAD_LETTER, RECOMMENDATIONS),
+        TRANSFERS,  # boundary transfers (docs/cost.md)
+    )
 
     def __init__(
         self,
@@ -333,6 +401,7 @@ class ClickHouseSink(BatchingSink):
         *,
         rollup_interval_s: float = 5.0,
         idle_policy: Mapping[str, tuple[float, int]] | None = None,
+        rate_card: tuple[RateCard, str] | None = None,
         **batching: Any,
     ) -> None:
         super().__init__(**batching)
@@ -340,13 +409,21 @@ class ClickHouseSink(BatchingSink):
         self.rollup_interval_s = rollup_interval_s
         #: (threshold, minutes) per class ('' = none), written to idle_policy at start
         self.idle_policy = idle_policy
+        #: (card, where it came from), written to rate_card at start (GPUGAP_COST_*)
+        self.rate_card = rate_card
         self._client: Any = None
         self._dirty_hours: set[datetime] = set()
         self._last_rollup = 0.0
 
     @classmethod
     def from_settings(cls, settings: Settings, config: Any, **batching: Any) -> ClickHouseSink:
-        return cls(settings.clickhouse, idle_policy=settings.idle.policy(), **batching)
+        card, source = configured_card()
+        return cls(
+            settings.clickhouse,
+            idle_policy=settings.idle.policy(),
+            rate_card=(card, source) if card is not None else None,
+            **batching,
+        )
 
     async def start(self) -> None:
         self._client = await asyncio.to_thread(connect, self.settings)
@@ -359,6 +436,8 @@ class ClickHouseSink(BatchingSink):
                 rows,
                 column_names=["workload_class", "threshold", "minutes", "updated_at"],
             )
+        if self.rate_card is not None:
+            await asyncio.to_thread(write_rate_card, self._client, *self.rate_card)
         # minutes stored before a crash whose hour was never rolled up: find and redo them
         self._dirty_hours |= await asyncio.to_thread(self._stale_hours)
 
@@ -396,12 +475,18 @@ class ClickHouseSink(BatchingSink):
                 rows["alert_deliveries"].append(delivery_row(r))
             elif isinstance(r, DeadLetter):
                 rows["dead_letters"].append(dead_letter_row(r))
+            elif isinstance(r, Recommendation):
+                rows["recommendations"].append(recommendation_row(r))
+            elif isinstance(r, Transfer):
+                rows["transfers"].append(transfer_row(r, now))
         columns = {
             "gpu_minutes": MINUTE_COLUMNS,
             "allocations": ALLOCATION_COLUMNS,
             "alerts": ALERT_COLUMNS,
             "alert_deliveries": DELIVERY_COLUMNS,
             "dead_letters": DEAD_LETTER_COLUMNS,
+            "recommendations": RECOMMENDATION_COLUMNS,
+            "transfers": TRANSFER_COLUMNS,
         }
         for table, table_rows in rows.items():
             self._insert(table, table_rows, columns[table])

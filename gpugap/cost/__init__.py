@@ -1,0 +1,5 @@
+"""Cost on top of capacity: rate cards per cluster (``card``), applied by the warehouse views
+of migration 008 beside the GPU-hours, never mixed into them; the report's cost section
+(``report``) and ``gpugap cost`` (``cli``). See docs/cost.md.
+
+Nothing is imported here: the sink imports ``gpugap.cost.card`` alone (no report code)."""

@@ -1,0 +1,48 @@
+"""``gpugap recommend``: changes for a person to review, from the warehouse's history.
+
+- ``logic``: the recommenders, pure functions from rows to Recommendation records
+  (Slurm --time per job family, GPU count, idle culling for notebooks, placement of
+  multi-node batch with partial gangs on Slurm), the confidence rule, deterministic ids;
+- ``queries``: the SQL that fetches those rows;
+- ``engine``: compute, store, decisions (the append-only audit table), the follow-up;
+- ``cli``: the command.
+
+gpugap never changes a scheduler: an accepted recommendation prints what a person applies.
+For other parts (the demo)::
+
+    from gpugap.recommend import recommend_for
+    window, recs = recommend_for(settings.clickhouse, store=True)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpugap.recommend.logic import Window
+    from gpugap.settings import ClickHouseSettings
+    from schemas.models import Recommendation
+
+__all__ = ["recommend_for"]
+
+
+def recommend_for(
+    settings: ClickHouseSettings,
+    days: float = 14.0,
+    until: datetime | None = None,
+    *,
+    store: bool = True,
+) -> tuple[Window, list[Recommendation]]:
+    """Connect, compute (and store) the recommendations, close."""
+    from gpugap.recommend import engine
+    from sinks.clickhouse.warehouse import connect
+
+    client = connect(settings)
+    try:
+        w, recs = engine.compute(client, days=days, until=until)
+        if store:
+            engine.store(client, recs)
+        return w, recs
+    finally:
+        client.close()

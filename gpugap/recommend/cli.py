@@ -1,0 +1,272 @@
+"""``gpugap recommend``: compute, list, show, decide, decisions. gpugap stays read-only
+towards the schedulers: an accepted recommendation prints what a person applies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from schemas.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpugap.settings import ClickHouseSettings
+    from schemas.models import Recommendation
+
+Cmd = Callable[..., argparse.ArgumentParser]
+FORMATS = ("table", "json", "csv")
+
+
+def register(sub: Any, cmd: Cmd) -> None:
+    rec = sub.add_parser(
+        "recommend",
+        help="changes for a person to review: Slurm --time, GPU counts, idle culling, placement",
+        description="Recommendations from the warehouse's history, ranked by GPU-hours saved "
+        "per week; decisions (accept/reject/defer, who, why) go to an append-only audit table. "
+        "gpugap never changes a scheduler.",
+    )
+    rsub = rec.add_subparsers(dest="action", required=True, metavar="ACTION")
+    comp = cmd("compute", _compute, "compute the recommendations now and store them", rsub)
+    comp.add_argument("--days", type=float, default=14.0, help="history to read (14 days)")
+    comp.add_argument("--top", type=int, default=10, help="print the top N (10)")
+    comp.add_argument("--dry-run", action="store_true", help="print them, store nothing")
+    ls = cmd("list", _list, "current recommendations by GPU-hours saved per week", rsub)
+    ls.add_argument("--top", type=int, default=20, help="rows (20)")
+    ls.add_argument("--all", action="store_true", help="with rejected and superseded ones")
+    ls.add_argument("--format", default="table", help="table (default), json or csv")
+    show = cmd("show", _show, "one recommendation with its evidence", rsub)
+    show.add_argument("id")
+    show.add_argument("--format", default="table", help="table (default) or json")
+    dec = cmd("decide", _decide, "record a decision: accept, reject or defer", rsub)
+    dec.add_argument("id")
+    dec.add_argument("decision", choices=["accept", "reject", "defer"])
+    dec.add_argument("--by", required=True, metavar="WHO", help="who decides")
+    dec.add_argument("--why", required=True, metavar="TEXT", help="why (kept for the audit)")
+    hist = cmd("decisions", _decisions, "the audit trail: who decided what, when, why", rsub)
+    hist.add_argument("id", nargs="?", help="one recommendation's (default: all)")
+    hist.add_argument("--format", default="table", help="table (default), json or csv")
+    for p in (comp, ls, show, dec, hist):
+        p.add_argument(
+            "--clickhouse",
+            metavar="URL",
+            help="ClickHouse HTTP URL (default GPUGAP_CLICKHOUSE_URL; user, password, "
+            "database from GPUGAP_CLICKHOUSE_*)",
+        )
+
+
+def _settings(args: argparse.Namespace) -> ClickHouseSettings:
+    from gpugap.plugin import require
+
+    require("gpugap recommend", "clickhouse", ("clickhouse_connect",))
+    from gpugap.settings import load
+    from sinks.clickhouse.warehouse import client_options
+
+    settings = load().clickhouse
+    if getattr(args, "clickhouse", None):
+        settings = settings.model_copy(update={"url": args.clickhouse})
+    client_options(settings)
+    return settings
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from gpugap.report import open_client
+
+    return open_client(_settings(args))
+
+
+def _format(args: argparse.Namespace, allowed: tuple[str, ...] = FORMATS) -> str:
+    if args.format not in allowed:
+        raise ConfigError(f"unknown --format {args.format!r}: choose one of {', '.join(allowed)}")
+    return str(args.format)
+
+
+def change_text(parameter: str, from_value: str, to_value: str) -> str:
+    """A change as people say it: '--time 8:00:00 -> 2:30:00', 'GPUs 4 -> 2'."""
+    from gpugap.recommend.logic import hms
+
+    if parameter == "time_limit_s":
+        return f"--time {hms(float(from_value))} -> {hms(float(to_value))}"
+    if parameter == "gpus":
+        return f"GPUs {from_value} -> {to_value}"
+    if parameter == "idle_cull_minutes":
+        return f"cull idle after {to_value} min"
+    if parameter == "scheduler":
+        return f"move to {to_value}"
+    return f"{parameter} {from_value} -> {to_value}"
+
+
+def summary_lines(recs: list[Recommendation], top: int) -> list[str]:
+    """The top recommendations, one line each (the demo prints these too)."""
+    from gpugap.report.table import Col, table
+    from sinks.clickhouse.sink import recommendation_target
+
+    cols = [Col("#", right=True), Col("id"), Col("target", max=40), Col("change"),
+            Col("GPU-h/wk", right=True), Col("conf", right=True)]  # fmt: skip
+    rows = [
+        [str(i), r.id, recommendation_target(r),
+         change_text(r.change.parameter, r.change.from_value, r.change.to_value),
+         f"{r.saved_gpu_hours_per_week:,.1f}", f"{r.confidence:.2f}"]
+        for i, r in enumerate(recs[:top], 1)
+    ]  # fmt: skip
+    return table(cols, rows)
+
+
+def _compute(args: argparse.Namespace) -> int:
+    from gpugap.recommend.engine import compute, store
+
+    if args.days <= 0:
+        raise ConfigError(f"--days must be positive, got {args.days}")
+    client = _client(args)
+    try:
+        w, recs = compute(client, days=args.days)
+        if not args.dry_run:
+            from sinks.clickhouse.warehouse import connect
+
+            writer = connect(_settings(args))
+            try:
+                store(writer, recs)
+            finally:
+                writer.close()
+    finally:
+        client.close()
+    total = sum(r.saved_gpu_hours_per_week for r in recs)
+    verb = "found (not stored: --dry-run)" if args.dry_run else "stored"
+    print(
+        f"{len(recs)} recommendation(s) {verb} from {w.history_days:.1f} days of history "
+        f"({w.since:%Y-%m-%d %H:%M} to {w.until:%Y-%m-%d %H:%M} UTC): "
+        f"{total:,.1f} GPU-hours/week if all were applied"
+    )
+    if recs:
+        print("\n".join(summary_lines(recs, args.top)))
+        print("  gpugap recommend show ID  |  gpugap recommend decide ID accept --by WHO --why ...")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from gpugap.recommend.engine import listing
+    from gpugap.report.table import results
+
+    fmt = _format(args)
+    if args.top < 1:
+        raise ConfigError(f"--top must be at least 1, got {args.top}")
+    client = _client(args)
+    try:
+        rows = listing(client, args.top, args.all)
+    finally:
+        client.close()
+    if fmt != "table":
+        cols = list(rows[0]) if rows else ["id"]
+        print(results(cols, [list(r.values()) for r in rows], fmt))
+        return 0
+    if not rows:
+        print("no recommendations (gpugap recommend compute writes them)")
+        return 0
+    from gpugap.report.table import Col, table
+
+    tcols = [Col("#", right=True), Col("id"), Col("target", max=40), Col("change"),
+             Col("GPU-h/wk", right=True), Col("conf", right=True)]  # fmt: skip
+    decided = any(r["decision"] for r in rows)
+    if decided:
+        tcols.append(Col("decision", max=16))
+    out = [
+        [str(i), r["id"], r["target"], change_text(r["parameter"], r["from_value"], r["to_value"]),
+         f"{r['saved_gpu_h_per_week']:,.1f}", f"{r['confidence']:.2f}"]
+        + ([f"{r['decision']} ({r['decided_by']})" if r["decision"] else "-"] if decided else [])
+        for i, r in enumerate(rows, 1)
+    ]  # fmt: skip
+    print("\n".join(table(tcols, out)))
+    return 0
+
+
+def show_text(rec: Recommendation, decisions: list[Any]) -> str:
+    from sinks.clickhouse.sink import recommendation_target
+
+    e = rec.evidence
+    lines = [
+        f"{rec.id}  ({rec.kind}, {rec.workload_class.value})",
+        f"  target      {recommendation_target(rec)}",
+        f"  change      {change_text(rec.change.parameter, rec.change.from_value, rec.change.to_value)}",  # noqa: E501
+        f"  saves       {rec.saved_gpu_hours_per_week:,.1f} GPU-hours per week",
+        f"  confidence  {rec.confidence:.2f}  (history {e.history_days:.1f} days, "
+        f"{e.samples} samples, spread {e.spread:.2f})",
+        f"  why         {rec.rationale}",
+        f"  sample      {e.allocations} jobs/pods, {e.hours:,.1f} h, {e.gpu_hours:,.1f} GPU-h, "
+        f"{e.since:%Y-%m-%d %H:%M} to {e.until:%Y-%m-%d %H:%M} UTC",
+        "  figures     " + ", ".join(f"{k}={v:g}" for k, v in sorted(e.figures.items())),
+        '  evidence    (gpugap sql "...")',
+        f"    {e.query}",
+    ]
+    if decisions:
+        lines.append("  decisions")
+        lines += [f"    {d.decided_at:%Y-%m-%d %H:%M} {d.decision} by {d.decided_by}: {d.reason}"
+                  for d in decisions]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _show(args: argparse.Namespace) -> int:
+    from gpugap.recommend.engine import decisions, follow_up, get
+
+    fmt = _format(args, ("table", "json"))
+    client = _client(args)
+    try:
+        rec = get(client, args.id)
+        history = decisions(client, rec.id)
+        accepted = [d for d in history if d.decision == "accept"]
+        check = follow_up(client, rec, accepted[0].decided_at) if accepted else None
+    finally:
+        client.close()
+    if fmt == "json":
+        data = json.loads(rec.model_dump_json())
+        data["decisions"] = [
+            {"decision": d.decision, "by": d.decided_by, "at": d.decided_at.isoformat(),
+             "why": d.reason} for d in history
+        ]  # fmt: skip
+        print(json.dumps(data, indent=2))
+        return 0
+    print(show_text(rec, history))
+    if history and history[0].decision == "accept":
+        print("  apply (a person runs this; gpugap never changes a scheduler)")
+        print("\n".join(f"    {line}" for line in rec.apply.splitlines()))
+    if check is not None:
+        print(
+            f"  follow-up   {check.jobs} jobs since {check.since:%Y-%m-%d}: padding "
+            f"{check.measured_per_week:,.1f} GPU-h/week (was {check.before_per_week:,.1f}, "
+            f"expected {check.expected_per_week:,.1f})"
+        )
+    return 0
+
+
+def _decide(args: argparse.Namespace) -> int:
+    from gpugap.recommend.engine import decide
+    from sinks.clickhouse.warehouse import connect
+
+    client = connect(_settings(args))
+    try:
+        rec, d = decide(client, args.id, args.decision, by=args.by, why=args.why)
+    finally:
+        client.close()
+    print(f"{d.decision} {rec.id} by {d.decided_by} at {d.decided_at:%Y-%m-%d %H:%M:%S} UTC")
+    if d.decision == "accept":
+        print("apply it (gpugap never changes a scheduler: a person runs this):")
+        print("\n".join(f"  {line}" for line in rec.apply.splitlines()))
+    return 0
+
+
+def _decisions(args: argparse.Namespace) -> int:
+    from gpugap.recommend.engine import decisions
+    from gpugap.report.table import results
+
+    fmt = _format(args)
+    client = _client(args)
+    try:
+        rows = decisions(client, args.id)
+    finally:
+        client.close()
+    cols = ["decided_at", "id", "decision", "decided_by", "reason"]
+    data = [[d.decided_at, d.id, d.decision, d.decided_by, d.reason] for d in rows]
+    if fmt == "table" and not rows:
+        print("no decisions yet")
+        return 0
+    print(results(cols, data, fmt))
+    return 0

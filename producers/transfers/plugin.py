@@ -1,0 +1,33 @@
+"""``gpugap produce transfers-csv``: declared here, built from ``producers.REGISTRY``."""
+
+from gpugap.plugin import Option, Plugin
+
+from .settings import TransfersCsvSettings
+
+PLUGIN = Plugin(
+    name="transfers-csv",
+    help="import cloud billing egress lines (CSV) as boundary transfers (transfers.v1)",
+    extra="all",  # nothing beyond the core (csv, hashlib)
+    target="producers.transfers.csv_import:TransfersCsv",
+    settings=TransfersCsvSettings,
+    options=(
+        Option(
+            "--file",
+            "files",
+            "a billing CSV ('-' = stdin; repeat)",
+            {"action": "append", "metavar": "FILE"},
+        ),
+        Option(
+            "--from-env",
+            "from_env",
+            "rows without a 'from' column: this environment",
+            {"metavar": "ENV"},
+        ),
+        Option(
+            "--to-env", "to_env", "rows without a 'to' column: this environment", {"metavar": "ENV"}
+        ),
+        Option(
+            "--unit", "unit", "unit of the amount column (bytes, GB, GiB...)", {"metavar": "UNIT"}
+        ),
+    ),
+)

@@ -1,0 +1,180 @@
+"""A real Prometheus server for the tests: built once from the Go module proxy (``go install
+github.com/prometheus/prometheus/cmd/{prometheus,promtool}@v0.316.0``, about 8 min cold on
+2 busy cores) into ``~/.cache/gpugap/prometheus-<version>/``, like tests/alertmanager.py.
+
+History is loaded the way a site would backfill it: an OpenMetrics file of recorded series
+goes through ``promtool tsdb create-blocks-from openmetrics FILE DIR``, and the server starts
+on that TSDB directory (with a retention long enough that old blocks stay) on a free
+loopback port. The build runs under a lock file, so two pytest sessions never build at once,
+and the binaries are renamed into place when complete. A build that fails raises: the tests
+that need Prometheus fail rather than skip.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from gpugap.services.kafka import free_port
+from gpugap.settings import ServicesSettings
+
+VERSION = "0.316.0"
+MODULE = "github.com/prometheus/prometheus"
+TOOLS = ("prometheus", "promtool")
+
+
+class PrometheusBuildError(RuntimeError):
+    pass
+
+
+def cache_path(cache_dir: Path | None = None) -> Path:
+    cache = cache_dir or ServicesSettings().cache_dir
+    return cache / f"prometheus-{VERSION}"
+
+
+def _go() -> str:
+    for candidate in (shutil.which("go"), "/usr/local/go/bin/go"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise PrometheusBuildError(
+        "Go is needed once to build Prometheus from the Go module proxy; install it "
+        "(https://go.dev/dl) or put `go` on PATH"
+    )
+
+
+def _run(cmd: list[str], timeout: float = 3600, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env
+    )
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+        raise PrometheusBuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
+    return proc.stdout.strip()
+
+
+def ensure_built(cache_dir: Path | None = None) -> tuple[Path, Path]:
+    """(prometheus, promtool): the cached binaries, else built now (once, under a lock)."""
+    root = cache_path(cache_dir)
+    exes = tuple(root / tool for tool in TOOLS)
+    if all(exe.exists() for exe in exes):
+        return exes[0], exes[1]
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another session building: wait for it
+        if all(exe.exists() for exe in exes):
+            return exes[0], exes[1]
+        go = _go()
+        print(
+            f"building Prometheus {VERSION} and promtool from the Go module proxy into {root} "
+            "(once, about 8 min on 2 cores)...",
+            file=sys.stderr,
+            flush=True,
+        )
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
+            env = {**os.environ, "GOBIN": tmp, "GOFLAGS": "-buildvcs=false"}
+            _run([go, "install", *(f"{MODULE}/cmd/{t}@v{VERSION}" for t in TOOLS)], env=env)
+            for tool, exe in zip(TOOLS, exes, strict=True):
+                Path(tmp, tool).rename(exe)  # atomic: never a half-built binary in place
+        print(f"built Prometheus in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    return exes[0], exes[1]
+
+
+def load_openmetrics(promtool: Path, text: str, tsdb: Path) -> None:
+    """Write ``text`` (OpenMetrics, ``# EOF`` last) as TSDB blocks under ``tsdb``."""
+    tsdb.mkdir(parents=True, exist_ok=True)
+    source = tsdb.parent / f"{tsdb.name}.om"
+    source.write_text(text)
+    _run(
+        [str(promtool), "tsdb", "create-blocks-from", "openmetrics", str(source), str(tsdb)],
+        timeout=300,
+    )
+
+
+class Prometheus:
+    """One Prometheus server on a TSDB directory (history loaded with promtool), a free
+    loopback port and no scrape targets: ``with Prometheus(exe, tsdb) as prom:``."""
+
+    def __init__(self, exe: Path, tsdb: Path) -> None:
+        self.exe = exe
+        self.tsdb = tsdb
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = tsdb.parent / "prometheus.yml"
+        self.config.write_text("global:\n  scrape_interval: 1h\n")  # no targets: history only
+        self.log = tsdb.parent / "prometheus.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    str(self.exe),
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.tsdb}",
+                    "--storage.tsdb.retention.time=100y",  # the loaded blocks are old: keep them
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.proc = None
+                raise RuntimeError(f"Prometheus exited at start:\n{self.log_tail()}")
+            if self.ready():
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"Prometheus not ready in {timeout_s:.0f}s:\n{self.log_tail()}")
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> Prometheus:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":  # python -m tests.prometheus: build (or find) the binaries
+    print(*ensure_built())

@@ -1,0 +1,40 @@
+"""One warehouse holding the scenario week (tests/recommend/scenario.py) for the module."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from gpugap.settings import ClickHouseSettings
+from schemas import Record
+from sinks.clickhouse.sink import ClickHouseSink
+from tests.recommend.scenario import records
+
+
+def write(settings: ClickHouseSettings, rows: list[Record]) -> None:
+    async def store() -> None:
+        sink = ClickHouseSink(settings)
+        await sink.start()
+        await sink.write(rows)
+        await sink.close()
+
+    asyncio.run(store())
+
+
+@pytest.fixture(scope="module")
+def week(clickhouse_server: ClickHouseSettings) -> Iterator[ClickHouseSettings]:
+    """A database of this module's own with the scenario written through the sink."""
+    from sinks.clickhouse.warehouse import connect, migrate
+
+    settings = clickhouse_server.model_copy(update={"database": f"r{uuid.uuid4().hex[:10]}"})
+    migrate(settings)
+    write(settings, records())
+    yield settings
+    admin = connect(settings, database=False)
+    try:
+        admin.command(f"DROP DATABASE IF EXISTS `{settings.database}`")
+    finally:
+        admin.close()

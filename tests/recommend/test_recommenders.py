@@ -1,0 +1,138 @@
+"""Each recommender finds its pattern in the scenario week, with the savings within 5 % of the
+model's, and recommends nothing on the well-sized controls (tests/recommend/scenario.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from gpugap.recommend import logic
+from gpugap.recommend.engine import compute, store
+from gpugap.settings import ClickHouseSettings
+from schemas.models import Recommendation
+from sinks.clickhouse.warehouse import connect
+from tests.recommend.scenario import (
+    CONTROLS,
+    DAYS,
+    END,
+    MODEL,
+    PADDED_LIMIT_S,
+    T0,
+    elapsed,
+)
+
+
+def run(settings: ClickHouseSettings, **kw: object) -> list[Recommendation]:
+    c = connect(settings)
+    try:
+        return compute(c, **kw)[1]  # type: ignore[arg-type]
+    finally:
+        c.close()
+
+
+def by_kind(recs: list[Recommendation], kind: str) -> list[Recommendation]:
+    return [r for r in recs if r.kind == kind]
+
+
+def close(got: float, want: float) -> bool:
+    return abs(got - want) <= 0.05 * want
+
+
+def test_the_window_is_the_week_of_data(week: ClickHouseSettings) -> None:
+    from gpugap.recommend.queries import window
+
+    c = connect(week)
+    try:
+        w = window(c, 14)
+    finally:
+        c.close()
+    assert w.until == END
+    assert w.history_days == pytest.approx(DAYS)
+
+
+def test_slurm_time_limit_of_the_padded_family(week: ClickHouseSettings) -> None:
+    recs = by_kind(run(week), "slurm_time_limit")
+    assert [r.target.user for r in recs] == ["alice"]  # bob's 2:30:00 is left alone
+    (r,) = recs
+    assert r.target.job_name == "train-resnet" and r.target.account == "vision"
+    assert (r.change.from_value, r.change.to_value) == (str(PADDED_LIMIT_S), "9000")
+    assert int(r.change.to_value) == MODEL.new_limit_s
+    assert close(r.saved_gpu_hours_per_week, MODEL.time_saved), (
+        r.saved_gpu_hours_per_week, MODEL.time_saved)  # fmt: skip
+    assert r.evidence.samples == 14 and r.evidence.figures["jobs_over_new_limit"] == 0
+    assert "--time=2:30:00" in r.apply
+    assert r.workload_class == "batch"
+
+
+def test_gpu_count_of_the_job_using_two_of_four(week: ClickHouseSettings) -> None:
+    recs = by_kind(run(week), "gpu_count")
+    assert [r.target.user for r in recs] == ["carol"]  # dave keeps his 4 busy
+    (r,) = recs
+    assert (r.change.from_value, r.change.to_value) == ("4", str(MODEL.gpus_needed))
+    assert close(r.saved_gpu_hours_per_week, MODEL.gpu_saved), r.saved_gpu_hours_per_week
+    assert r.evidence.allocations == DAYS
+    assert "--gpus=2" in r.apply
+
+
+def test_idle_culling_of_the_notebook_idle_90_percent(week: ClickHouseSettings) -> None:
+    recs = by_kind(run(week), "idle_culling")
+    assert [r.target.owner_name for r in recs] == ["erin-nb"]  # frank is busy
+    (r,) = recs
+    assert r.target.namespace == "research" and r.target.owner_kind == "Notebook"
+    assert r.change.to_value == str(MODEL.cull_minutes)
+    assert close(r.saved_gpu_hours_per_week, MODEL.cull_saved), r.saved_gpu_hours_per_week
+    assert r.evidence.figures["idle_share"] == pytest.approx(0.9, abs=0.01)
+    assert r.workload_class == "interactive"
+
+
+def test_placement_of_the_gang_that_waits_partly_scheduled(week: ClickHouseSettings) -> None:
+    recs = by_kind(run(week), "placement")
+    assert [r.target.owner_name for r in recs] == ["trainer-llm"]
+    (r,) = recs
+    assert (r.target.namespace, r.target.owner_kind) == ("ml", "PyTorchJob")
+    assert (r.change.from_value, r.change.to_value) == ("kubernetes", "slurm")
+    assert close(r.saved_gpu_hours_per_week, MODEL.gang_saved), r.saved_gpu_hours_per_week
+    assert "sbatch --nodes=4" in r.apply and "--gpus-per-node=2" in r.apply
+
+
+def test_nothing_for_the_controls_and_ranked_by_absolute_savings(
+    week: ClickHouseSettings,
+) -> None:
+    recs = run(week)
+    for r in recs:
+        who = r.target.user or r.target.owner_name
+        assert (r.target.kind, who) not in CONTROLS, r
+    saved = [r.saved_gpu_hours_per_week for r in recs]
+    assert saved == sorted(saved, reverse=True) and len(recs) == 4
+
+
+def test_confidence_grows_with_history_as_the_rule_says(week: ClickHouseSettings) -> None:
+    """confidence = 1/(1 + 1/days) x min(1, jobs/10) x 1/(1 + cv of the elapsed times)."""
+    seen = []
+    for days in (2, 4, 7):
+        (r,) = by_kind(run(week, until=T0 + timedelta(days=days)), "slurm_time_limit")
+        ends = [i for i in range(14) if 12 * i + 1 + 2 < 24 * days]  # jobs ended by then
+        values = [float(elapsed(i)) for i in ends]
+        want = (days / (days + 1)) * min(1, len(values) / 10) / (1 + logic.cv(values))
+        assert r.evidence.history_days == pytest.approx(days)
+        assert r.confidence == pytest.approx(
+            (1 / (1 + 1 / r.evidence.history_days)) * min(1, len(values) / 10)
+            / (1 + logic.cv(values)), abs=1e-3)  # fmt: skip
+        assert r.confidence == pytest.approx(want, abs=0.02)
+        seen.append(r.confidence)
+    assert seen == sorted(seen) and seen[0] < seen[-1]
+
+
+def test_recomputing_is_idempotent(week: ClickHouseSettings) -> None:
+    c = connect(week)
+    try:
+        _, first = compute(c)
+        store(c, first)
+        _, again = compute(c)
+        store(c, again)
+        assert [r.id for r in first] == [r.id for r in again]
+        n = c.query("SELECT count() FROM recommendations FINAL").result_rows[0][0]
+        assert n == len(first)
+    finally:
+        c.close()
