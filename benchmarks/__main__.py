@@ -114,12 +114,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("subject", choices=[*SUBJECTS, *OWN_OPTIONS], nargs="?", default="all")
     p.add_argument("--samples", type=int, default=20_000, help="node samples per run")
     p.add_argument("--repeats", type=int, default=5, help="runs per figure (median)")
-    p.add_argument(
-        "--rows", default="10e6,100e6", help="warehouse, report: GPU-minute row counts"
-    )
-    p.add_argument(
-        "--clickhouse", metavar="URL", help="warehouse, report: an existing ClickHouse"
-    )
+    p.add_argument("--rows", default="10e6,100e6", help="warehouse, report: GPU-minute row counts")
+    p.add_argument("--clickhouse", metavar="URL", help="warehouse, report: an existing ClickHouse")
     p.add_argument(
         "--duration",
         type=float,

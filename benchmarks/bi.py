@@ -21,7 +21,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -330,9 +329,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gpugap.services.clickhouse.process import EmbeddedClickHouse
-    from gpugap.services.kafka import free_port
-    from sinks.clickhouse.warehouse import connect, migrate
+    from benchmarks.database import bench_database
 
     args = parse(argv)
     rows = int(float(args.rows))
@@ -340,31 +337,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _say("building the drivers (cached after the first time)...")
     failed = build_drivers()
     url = args.clickhouse
-    with tempfile.TemporaryDirectory(prefix="gpugap-bench-bi-") as tmp:
-        server = None
-        if url is None:
-            server = EmbeddedClickHouse(Path(tmp) / "data", free_port())
-            server.start()
-            url = server.url
-        try:
-            settings = ClickHouseSettings(url=url, database=DATABASE)
-            admin = connect(settings, database=False)
-            admin.command(f"DROP DATABASE IF EXISTS {DATABASE}")
-            admin.close()
-            migrate(settings)
-            client = connect(settings)
-            _say(f"loading {rows:,} rows...")
-            t = time.perf_counter()
-            load(client, 0, rows)
-            _say(f"  loaded in {time.perf_counter() - t:.0f} s; waiting for background merges")
-            waited = settle(client)
-            client.close()
-            minutes = rows // 1000
-            since = (START + timedelta(minutes=minutes) - timedelta(days=7)).astimezone(UTC)
-            results = measure(settings, repeats, since, failed)
-        finally:
-            if server is not None:
-                server.stop()
+    with bench_database(url, DATABASE) as (settings, client):
+        _say(f"loading {rows:,} rows...")
+        t = time.perf_counter()
+        load(client, 0, rows)
+        _say(f"  loaded in {time.perf_counter() - t:.0f} s; waiting for background merges")
+        waited = settle(client)
+        minutes = rows // 1000
+        since = (START + timedelta(minutes=minutes) - timedelta(days=7)).astimezone(UTC)
+        results = measure(settings, repeats, since, failed)
     print(
         f"{rows:,} GPU-minute rows (1,000 GPUs, {minutes / 1440:.1f} days; after {waited:.0f} s "
         f"of background merges): the report's views, ms, median of {repeats} rounds (a fresh "

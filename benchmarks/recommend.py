@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
-
-from gpugap.settings import ClickHouseSettings
 
 DATABASE = "gpugap_bench_recommend"
 
@@ -20,63 +16,45 @@ def _say(msg: str) -> None:
 
 
 def main(row_counts: list[int], repeats: int, url: str | None) -> int:
+    from benchmarks.database import bench_database
     from benchmarks.report import ALERTS, settle
     from benchmarks.warehouse import START, load
     from gpugap.recommend.engine import compute, listing, store
-    from gpugap.services.clickhouse.process import EmbeddedClickHouse
-    from gpugap.services.kafka import free_port
-    from sinks.clickhouse.warehouse import connect, migrate
 
-    with tempfile.TemporaryDirectory(prefix="gpugap-bench-recommend-") as tmp:
-        server = None
-        if url is None:
-            server = EmbeddedClickHouse(Path(tmp) / "data", free_port())
-            server.start()
-            url = server.url
-        try:
-            settings = ClickHouseSettings(url=url, database=DATABASE)
-            admin = connect(settings, database=False)
-            admin.command(f"DROP DATABASE IF EXISTS {DATABASE}")
-            admin.close()
-            migrate(settings)
-            client = connect(settings)
-            client.command(ALERTS, parameters={"start": START})
-            loaded = 0
-            for target in sorted(row_counts):
-                _say(f"loading {target:,} rows...")
+    with bench_database(url, DATABASE) as (_, client):
+        client.command(ALERTS, parameters={"start": START})
+        loaded = 0
+        for target in sorted(row_counts):
+            _say(f"loading {target:,} rows...")
+            t = time.perf_counter()
+            load(client, loaded, target - loaded)
+            loaded = target
+            waited = settle(client)
+            _say(f"  loaded in {time.perf_counter() - t:.0f} s (merges {waited:.0f} s)")
+            totals: list[float] = []
+            stages: dict[str, list[float]] = {}
+            lists: list[float] = []
+            n = 0
+            for _ in range(repeats):
+                timings: dict[str, float] = {}
                 t = time.perf_counter()
-                load(client, loaded, target - loaded)
-                loaded = target
-                waited = settle(client)
-                _say(f"  loaded in {time.perf_counter() - t:.0f} s (merges {waited:.0f} s)")
-                totals: list[float] = []
-                stages: dict[str, list[float]] = {}
-                lists: list[float] = []
-                n = 0
-                for _ in range(repeats):
-                    timings: dict[str, float] = {}
-                    t = time.perf_counter()
-                    _, recs = compute(client, timings=timings)
-                    store(client, recs)
-                    totals.append((time.perf_counter() - t) * 1000)
-                    for k, v in timings.items():
-                        stages.setdefault(k, []).append(v)
-                    t = time.perf_counter()
-                    listing(client, 20)
-                    lists.append((time.perf_counter() - t) * 1000)
-                    n = len(recs)
-                print(
-                    f"{loaded:,} GPU-minute rows (1,000 GPUs, {loaded / 1000 / 1440:.0f} days, "
-                    f"14 days read), median of {repeats}:"
-                )
-                print(f"  recommend compute (+ store)      {statistics.median(totals):>8.1f} ms"
-                      f"  ({n} recommendations)")  # fmt: skip
-                for k, v in stages.items():
-                    print(f"    {k:<30} {statistics.median(v):>8.1f} ms")
-                print(f"  recommend list (top 20)          {statistics.median(lists):>8.1f} ms")
-                sys.stdout.flush()
-            client.close()
-        finally:
-            if server is not None:
-                server.stop()
+                _, recs = compute(client, timings=timings)
+                store(client, recs)
+                totals.append((time.perf_counter() - t) * 1000)
+                for k, v in timings.items():
+                    stages.setdefault(k, []).append(v)
+                t = time.perf_counter()
+                listing(client, 20)
+                lists.append((time.perf_counter() - t) * 1000)
+                n = len(recs)
+            print(
+                f"{loaded:,} GPU-minute rows (1,000 GPUs, {loaded / 1000 / 1440:.0f} days, "
+                f"14 days read), median of {repeats}:"
+            )
+            print(f"  recommend compute (+ store)      {statistics.median(totals):>8.1f} ms"
+                  f"  ({n} recommendations)")  # fmt: skip
+            for k, v in stages.items():
+                print(f"    {k:<30} {statistics.median(v):>8.1f} ms")
+            print(f"  recommend list (top 20)          {statistics.median(lists):>8.1f} ms")
+            sys.stdout.flush()
     return 0

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from gpugap.report.build import build_report
-from gpugap.settings import ClickHouseSettings
 
 DATABASE = "gpugap_bench_report"
 
@@ -84,39 +81,21 @@ def measure(client: Any, repeats: int, end: datetime) -> list[str]:
 
 
 def main(row_counts: list[int], repeats: int, url: str | None) -> int:
+    from benchmarks.database import bench_database
     from benchmarks.warehouse import START, load
-    from gpugap.services.clickhouse.process import EmbeddedClickHouse
-    from gpugap.services.kafka import free_port
-    from sinks.clickhouse.warehouse import connect, migrate
 
-    with tempfile.TemporaryDirectory(prefix="gpugap-bench-report-") as tmp:
-        server = None
-        if url is None:
-            server = EmbeddedClickHouse(Path(tmp) / "data", free_port())
-            server.start()
-            url = server.url
-        try:
-            settings = ClickHouseSettings(url=url, database=DATABASE)
-            admin = connect(settings, database=False)
-            admin.command(f"DROP DATABASE IF EXISTS {DATABASE}")
-            admin.close()
-            migrate(settings)
-            client = connect(settings)
-            client.command(ALERTS, parameters={"start": START})
-            loaded = 0
-            for target in sorted(row_counts):
-                _say(f"loading {target:,} rows...")
-                load(client, loaded, target - loaded)
-                loaded = target
-                end = START + timedelta(minutes=loaded // 1000)
-                waited = settle(client)
-                print(
-                    f"{loaded:,} GPU-minute rows (1,000 GPUs, {loaded / 1000 / 1440:.0f} days; "
-                    f"after {waited:.0f} s of background merges), median of {repeats}:"
-                )
-                print("\n".join(measure(client, repeats, end.astimezone(UTC))), flush=True)
-            client.close()
-        finally:
-            if server is not None:
-                server.stop()
+    with bench_database(url, DATABASE) as (_, client):
+        client.command(ALERTS, parameters={"start": START})
+        loaded = 0
+        for target in sorted(row_counts):
+            _say(f"loading {target:,} rows...")
+            load(client, loaded, target - loaded)
+            loaded = target
+            end = START + timedelta(minutes=loaded // 1000)
+            waited = settle(client)
+            print(
+                f"{loaded:,} GPU-minute rows (1,000 GPUs, {loaded / 1000 / 1440:.0f} days; "
+                f"after {waited:.0f} s of background merges), median of {repeats}:"
+            )
+            print("\n".join(measure(client, repeats, end.astimezone(UTC))), flush=True)
     return 0

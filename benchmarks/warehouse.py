@@ -9,12 +9,11 @@ import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from gpugap.settings import ClickHouseSettings
 from sinks.clickhouse.sink import DAILY, ROLLUP
-from sinks.clickhouse.warehouse import client_options, connect, migrate, migrations
+from sinks.clickhouse.warehouse import client_options, connect, migrations
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -229,45 +228,23 @@ def bytes_per_row(client: Any) -> tuple[float, int]:
 
 
 def main(row_counts: list[int], repeats: int, url: str | None) -> int:
-    from gpugap.services.clickhouse.process import EmbeddedClickHouse
-    from gpugap.services.kafka import free_port
+    from benchmarks.database import bench_database
 
-    with tempfile.TemporaryDirectory(prefix="gpugap-bench-ch-") as tmp:
-        server = None
-        if url is None:
-            server = EmbeddedClickHouse(Path(tmp) / "data", free_port())
-            server.start()
-            url = server.url
-        try:
-            settings = ClickHouseSettings(url=url, database="gpugap_bench")
-            admin = connect(settings, database=False)
-            admin.command("DROP DATABASE IF EXISTS gpugap_bench")
-            admin.close()
-            migrate(settings)
-            rates = insert_throughput(settings, 1_000_000, repeats)
-            direct = rates["chDB in-process"]
-            print(f"insert, 1M GPU-minute rows as Native, 130 MB (median of {repeats}):")
-            for name, rate in rates.items():
-                print(f"  {name:<26} {rate:>12,.0f} rows/s   ratio to chDB {rate / direct:.2f}")
-            client = connect(settings)
-            loaded = 0
-            for target in sorted(row_counts):
-                _say(f"loading {target:,} rows...")
-                load(client, loaded, target - loaded)
-                loaded = target
-                minutes = loaded // 1000
-                since = START + timedelta(minutes=minutes) - timedelta(days=7)
-                per_row, rows = bytes_per_row(client)
-                lat = view_latency(client, repeats, since)
-                print(
-                    f"{rows:,} GPU-minute rows (1,000 GPUs, {minutes / 1440:.0f} days): "
-                    f"{per_row:.1f} bytes/row on disk (minutes + hourly rollup)"
-                )
-                for name, ms in lat.items():
-                    print(f"  {name:<30} {ms:>8.1f} ms (median of {repeats})")
-                sys.stdout.flush()
-            client.close()
-        finally:
-            if server is not None:
-                server.stop()
+    with bench_database(url, "gpugap_bench") as (_, client):
+        loaded = 0
+        for target in sorted(row_counts):
+            _say(f"loading {target:,} rows...")
+            load(client, loaded, target - loaded)
+            loaded = target
+            minutes = loaded // 1000
+            since = START + timedelta(minutes=minutes) - timedelta(days=7)
+            per_row, rows = bytes_per_row(client)
+            lat = view_latency(client, repeats, since)
+            print(
+                f"{rows:,} GPU-minute rows (1,000 GPUs, {minutes / 1440:.0f} days): "
+                f"{per_row:.1f} bytes/row on disk (minutes + hourly rollup)"
+            )
+            for name, ms in lat.items():
+                print(f"  {name:<30} {ms:>8.1f} ms (median of {repeats})")
+            sys.stdout.flush()
     return 0

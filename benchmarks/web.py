@@ -167,41 +167,24 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gpugap.services.clickhouse.process import EmbeddedClickHouse
-    from gpugap.services.kafka import free_port
-    from sinks.clickhouse.warehouse import connect, migrate
+    from benchmarks.database import bench_database
 
     args = parse(argv)
     rows = int(float(args.rows))
-    with tempfile.TemporaryDirectory(prefix="gpugap-bench-web-") as tmp:
-        server = None
-        url = args.clickhouse
-        if url is None:
-            env = {"GPUGAP_CLICKHOUSE_READONLY_PASSWORD": READER_PASSWORD}
-            server = EmbeddedClickHouse(Path(tmp) / "data", free_port(), env=env)
-            server.start()
-            url = server.url
-        try:
-            settings = ClickHouseSettings(url=url, database=DATABASE)
-            if server is not None:
-                settings = settings.model_copy(
-                    update={"readonly_password": SecretStr(READER_PASSWORD)}
-                )
-            admin = connect(settings, database=False)
-            admin.command(f"DROP DATABASE IF EXISTS {DATABASE}")
-            admin.close()
-            migrate(settings)
-            if args.demo:
-                _load_demo(settings)
-                label = "the demo's day"
-            else:
-                _say(f"loading {rows:,} rows...")
-                _load_synthetic(settings, rows)
-                label = f"{rows:,} GPU-minute rows (1,000 GPUs, {rows / 1000 / 1440:.0f} days)"
-            measure(settings, args, label)
-        finally:
-            if server is not None:
-                server.stop()
+    embedded = args.clickhouse is None
+    env = {"GPUGAP_CLICKHOUSE_READONLY_PASSWORD": READER_PASSWORD}
+    with bench_database(args.clickhouse, DATABASE, env=env) as (created, _):
+        # the page reads as the embedded endpoint's read-only user
+        reader = {"readonly_password": SecretStr(READER_PASSWORD)} if embedded else {}
+        settings = created.model_copy(update=reader)
+        if args.demo:
+            _load_demo(settings)
+            label = "the demo's day"
+        else:
+            _say(f"loading {rows:,} rows...")
+            _load_synthetic(settings, rows)
+            label = f"{rows:,} GPU-minute rows (1,000 GPUs, {rows / 1000 / 1440:.0f} days)"
+        measure(settings, args, label)
     return 0
 
 

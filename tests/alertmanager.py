@@ -16,7 +16,6 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from typing import Any
 
 from gpugap.services.kafka import free_port
 from gpugap.settings import ServicesSettings
+from tests.prom_process import PromProcess
 
 VERSION = "0.35.0"
 MODULE = "github.com/prometheus/alertmanager"
@@ -124,68 +124,30 @@ def _config(webhook_url: str) -> str:
     )
 
 
-class Alertmanager:
+class Alertmanager(PromProcess):
     """One Alertmanager process: ``start()``/``stop()`` (again and again, on the same port
     and storage: an outage), or ``with Alertmanager(exe, webhook_url) as am:``."""
 
+    name = "Alertmanager"
+    poll_s = 0.1
+
     def __init__(self, exe: Path, webhook_url: str, root: Path | None = None) -> None:
-        self.exe = exe
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self._own_root = root is None
         self.root = root or Path(tempfile.mkdtemp(prefix="gpugap-am-"))
         self.root.mkdir(parents=True, exist_ok=True)
+        super().__init__(exe, self.root / "alertmanager.log")
         self.config = self.root / "alertmanager.yml"
         self.config.write_text(_config(webhook_url))
         self.storage = self.root / "data"
-        self.log = self.root / "alertmanager.log"
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 30.0) -> None:
-        assert self.proc is None, "already running"
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    str(self.exe),
-                    f"--config.file={self.config}",
-                    f"--storage.path={self.storage}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--cluster.listen-address=",  # empty: no gossip port, no peers
-                    "--log.level=warn",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.proc = None
-                raise RuntimeError(f"Alertmanager exited at start:\n{self.log_tail()}")
-            if self.ready():
-                return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"Alertmanager not ready in {timeout_s:.0f}s:\n{self.log_tail()}")
-
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+    def args(self) -> list[str]:
+        return [
+            f"--config.file={self.config}",
+            f"--storage.path={self.storage}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",  # empty: no gossip port, no peers
+            "--log.level=warn",
+        ]
 
     def close(self) -> None:
         self.stop()
@@ -199,12 +161,6 @@ class Alertmanager:
         with urllib.request.urlopen(url, timeout=5) as r:
             out: list[dict[str, Any]] = json.load(r)
         return out
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
 
     def __enter__(self) -> Alertmanager:
         try:

@@ -15,17 +15,14 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from gpugap.services.kafka import free_port
 from gpugap.settings import ServicesSettings
+from tests.prom_process import PromProcess
 
 VERSION = "0.316.0"
 MODULE = "github.com/prometheus/prometheus"
@@ -100,69 +97,26 @@ def load_openmetrics(promtool: Path, text: str, tsdb: Path) -> None:
     )
 
 
-class Prometheus:
+class Prometheus(PromProcess):
     """One Prometheus server on a TSDB directory (history loaded with promtool), a free
     loopback port and no scrape targets: ``with Prometheus(exe, tsdb) as prom:``."""
 
+    name = "Prometheus"
+
     def __init__(self, exe: Path, tsdb: Path) -> None:
-        self.exe = exe
+        super().__init__(exe, tsdb.parent / "prometheus.log")
         self.tsdb = tsdb
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.config = tsdb.parent / "prometheus.yml"
         self.config.write_text("global:\n  scrape_interval: 1h\n")  # no targets: history only
-        self.log = tsdb.parent / "prometheus.log"
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    str(self.exe),
-                    f"--config.file={self.config}",
-                    f"--storage.tsdb.path={self.tsdb}",
-                    "--storage.tsdb.retention.time=100y",  # the loaded blocks are old: keep them
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--log.level=warn",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.proc = None
-                raise RuntimeError(f"Prometheus exited at start:\n{self.log_tail()}")
-            if self.ready():
-                return
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"Prometheus not ready in {timeout_s:.0f}s:\n{self.log_tail()}")
-
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+    def args(self) -> list[str]:
+        return [
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={self.tsdb}",
+            "--storage.tsdb.retention.time=100y",  # the loaded blocks are old: keep them
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=warn",
+        ]
 
     def __enter__(self) -> Prometheus:
         try:

@@ -53,7 +53,9 @@ def window_parameters(since: datetime | None, until: datetime | None) -> dict[st
     return {"since": h_from, "until": h_to, "d0": d0, "d1": d1, "h0": h0, "h1": h1}
 
 
-def _windowed(daily: str, hourly: str, cols: str, p: dict[str, Any]) -> str:
+def windowed(daily: str, hourly: str, cols: str, p: dict[str, Any]) -> str:
+    """``cols`` of the window ``p`` (window_parameters): whole days from ``daily``, the edge
+    hours from ``hourly``."""
     parts = []
     if p["d0"] < p["d1"]:
         parts.append(f"SELECT {cols} FROM {daily} WHERE day >= {{d0:Date}} AND day < {{d1:Date}}")
@@ -72,8 +74,8 @@ class Queries:
     window functions (one round trip instead of two): the rows are LIMITed, the totals not."""
 
     def __init__(self, params: dict[str, Any]) -> None:
-        gap = _windowed("v_capacity_gap_daily", "v_capacity_gap", _GAP_COLS, params)
-        free = _windowed("v_unallocated", "v_unallocated_hourly", _FREE_COLS, params)
+        gap = windowed("v_capacity_gap_daily", "v_capacity_gap", _GAP_COLS, params)
+        free = windowed("v_unallocated", "v_unallocated_hourly", _FREE_COLS, params)
         self.top_allocations = (
             "SELECT cluster, allocation_id, max(scheduler) AS scheduler, max(workload_class) "
             f"AS workload_class, max(owner) AS owner, max(team) AS team, {SUMS} FROM ({gap}) "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, timedelta
 from typing import Any
 
-from gpugap.report.queries import window_parameters
+from gpugap.report.queries import window_parameters, windowed
 from gpugap.web.params import AllocationKey, Filters
 
 _T = "DateTime('UTC')"
@@ -58,17 +58,7 @@ def window(daily: str, hourly: str, cols: str, f: Filters) -> tuple[str, dict[st
     """Rows of [since, until) widened to whole hours: whole days from ``daily``, the edge hours
     from ``hourly``."""
     p = window_parameters(f.since, f.until)
-    parts = []
-    if p["d0"] < p["d1"]:
-        parts.append(f"SELECT {cols} FROM {daily} WHERE day >= {{d0:Date}} AND day < {{d1:Date}}")
-    edges = []
-    if p["since"] < p["h0"]:
-        edges.append(f"(hour >= {{since:{_T}}} AND hour < {{h0:{_T}}})")
-    if p["h1"] < p["until"]:
-        edges.append(f"(hour >= {{h1:{_T}}} AND hour < {{until:{_T}}})")
-    if edges:
-        parts.append(f"SELECT {cols} FROM {hourly} WHERE {' OR '.join(edges)}")
-    return " UNION ALL ".join(parts), {**f.bound(), **p}
+    return windowed(daily, hourly, cols, p), {**f.bound(), **p}
 
 
 def buckets(f: Filters) -> tuple[str, int]:
