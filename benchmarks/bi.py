@@ -142,6 +142,19 @@ def expected_rows(settings: ClickHouseSettings, since: datetime) -> dict[str, in
         client.close()
 
 
+def _steps(runs: int, since: datetime, *, sql_key: str, params_key: str) -> list[dict[str, Any]]:
+    """A ping, then each view warmed up and timed: the script of the Go and the JS harness
+    (which name the query and its parameters differently)."""
+    param = since.strftime("%Y-%m-%d %H:%M:%S")
+    steps: list[dict[str, Any]] = [{"op": "ping"}]
+    for sql in VIEWS.values():
+        step: dict[str, Any] = {"op": "query", sql_key: sql, "repeat": WARMUP + runs}
+        if SINCE in sql:
+            step[params_key] = {"since": param}
+        steps.append(step)
+    return steps
+
+
 def clickhouse_go(compression: str) -> Runner:
     def run(settings: ClickHouseSettings, runs: int, since: datetime,
             expected: dict[str, int]) -> dict[str, list[float]]:  # fmt: skip
@@ -149,13 +162,7 @@ def clickhouse_go(compression: str) -> Runner:
 
         host, port = _host_port(settings)
         user, pw = _account(settings)
-        param = since.strftime("%Y-%m-%d %H:%M:%S")
-        steps: list[dict[str, Any]] = [{"op": "ping"}]
-        for sql in VIEWS.values():
-            step: dict[str, Any] = {"op": "query", "sql": sql, "repeat": WARMUP + runs}
-            if SINCE in sql:
-                step["params"] = {"since": param}
-            steps.append(step)
+        steps = _steps(runs, since, sql_key="sql", params_key="params")
         script = {
             "addr": f"{host}:{port}", "user": user, "password": pw,
             "database": settings.database, "compression": compression, "steps": steps,
@@ -199,13 +206,7 @@ def js_client(settings: ClickHouseSettings, runs: int, since: datetime,
     if not node:
         raise DriverError("node is not installed")
     user, pw = _account(settings)
-    param = since.strftime("%Y-%m-%d %H:%M:%S")
-    steps: list[dict[str, Any]] = [{"op": "ping"}]
-    for sql in VIEWS.values():
-        step: dict[str, Any] = {"op": "query", "query": sql, "repeat": WARMUP + runs}
-        if SINCE in sql:
-            step["query_params"] = {"since": param}
-        steps.append(step)
+    steps = _steps(runs, since, sql_key="query", params_key="query_params")
     script = {"url": settings.url, "username": user, "password": pw,
               "database": settings.database, "steps": steps}  # fmt: skip
     env = {"NODE_PATH": str(drivers.js_client() / "node_modules")}

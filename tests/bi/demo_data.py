@@ -24,10 +24,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.worker_inproc import Capture, Msg
 from gpugap.kafka.consume import RawMessage
-from gpugap.kafka.publish import Publisher, event_time_ms
 from gpugap.settings import ClickHouseSettings, IdleSettings
-from schemas import Record, Topic, by_name, decode, encode
+from schemas import Record, by_name, decode
 from schemas.errors import InvalidRecord
 from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
 from sinks.clickhouse.sink import ClickHouseSink
@@ -37,32 +37,6 @@ from streams.join import Join
 WORKER_INPUTS = {SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name}
 SINK_INPUTS = {MINUTES.name, SLURM_JOBS.name, K8S_PODS.name, ALERTS.name, DEAD_LETTER.name}
 BATCH = 20_000  # records per sink write (the sink's own batches are of this order)
-
-Msg = tuple[str, bytes | None, bytes, int | None]  # topic, key, value, timestamp
-
-
-class Capture(Publisher):
-    """Keeps every message as the bytes it would send (topic names unprefixed)."""
-
-    def __init__(self) -> None:
-        self.messages: list[Msg] = []
-
-    async def send(self, topic: Topic[Any], record: Record) -> None:
-        self.messages.append((topic.name, topic.key_for(record), encode(record),
-                              event_time_ms(record)))  # fmt: skip
-
-    async def send_encoded(
-        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
-    ) -> None:
-        self.messages.append((topic.name, key, value, timestamp_ms))
-
-    async def send_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
-    ) -> None:
-        self.messages.append((topic, key, value or b"", timestamp_ms))
-
-    async def flush(self) -> None:
-        pass
 
 
 def simulate(scenario: str = "demo") -> list[Msg]:
