@@ -420,7 +420,10 @@ class RecommendationTarget(Record):
 
 
 class RecommendationChange(Record):
-    parameter: Text = Field(description="time_limit_s, gpus, idle_cull_minutes, scheduler")
+    parameter: Text = Field(
+        description="time_limit_s, gpus, gpu_profile, idle_cull_minutes, replicas_by_hour, "
+        "scheduler"
+    )
     from_value: Text
     to_value: Text
 
@@ -445,7 +448,10 @@ class Recommendation(Record):
     always get the same id, so recomputing replaces, never duplicates."""
 
     id: EventId
-    kind: Text = Field(description="slurm_time_limit, gpu_count, idle_culling, placement")
+    kind: Text = Field(
+        description="slurm_time_limit, gpu_count, gpu_share, idle_culling, service_schedule, "
+        "placement"
+    )
     target: RecommendationTarget
     workload_class: WorkloadClass
     change: RecommendationChange

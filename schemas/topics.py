@@ -112,7 +112,8 @@ RECOMMENDATIONS: Topic[Recommendation] = Topic(
     "id",
     "recommendation",
     lambda r: r.id,
-    "Changes for a person to review (time limits, GPU counts, idle culling, placement).",
+    "Changes for a person to review (time limits, GPU counts, MIG slices, idle culling, "
+    "replicas by hour, placement).",
 )
 
 TOPICS: dict[str, Topic[Any]] = {

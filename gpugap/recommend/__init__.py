@@ -1,9 +1,11 @@
 """``gpugap recommend``: changes for a person to review, from the warehouse's history.
 
-- ``logic``: the recommenders, pure functions from rows to Recommendation records
-  (Slurm --time per job family, GPU count, idle culling for notebooks, placement of
-  multi-node batch with partial gangs on Slurm), the confidence rule, deterministic ids;
-- ``queries``: the SQL that fetches those rows;
+- the recommenders, pure functions from rows to Recommendation records: ``batch`` (Slurm
+  --time per job family, GPU count), ``interactive`` (idle culling for notebooks),
+  ``services`` (replicas by hour of day), ``fit`` (MIG / shared GPUs), ``placement``
+  (partial-gang batch on Kubernetes -> Slurm, variable services on Slurm -> Kubernetes);
+  ``base``: what they share (the confidence rule, deterministic ids, targets);
+- ``queries``, ``usage_queries``: the SQL that fetches those rows;
 - ``engine``: compute, store, decisions (the append-only audit table), the follow-up;
 - ``cli``: the command.
 
@@ -20,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpugap.recommend.logic import Window
+    from gpugap.recommend.base import Window
     from gpugap.settings import ClickHouseSettings
     from schemas.models import Recommendation
 

@@ -21,7 +21,8 @@ FORMATS = ("table", "json", "csv")
 def register(sub: Any, cmd: Cmd) -> None:
     rec = sub.add_parser(
         "recommend",
-        help="changes for a person to review: Slurm --time, GPU counts, idle culling, placement",
+        help="changes for a person to review: Slurm --time, GPU counts and MIG slices, "
+        "idle culling, replicas by hour, placement",
         description="Recommendations from the warehouse's history, ranked by GPU-hours saved "
         "per week; decisions (accept/reject/defer, who, why) go to an append-only audit table. "
         "gpugap never changes a scheduler.",
@@ -31,6 +32,12 @@ def register(sub: Any, cmd: Cmd) -> None:
     comp.add_argument("--days", type=float, default=14.0, help="history to read (14 days)")
     comp.add_argument("--top", type=int, default=10, help="print the top N (10)")
     comp.add_argument("--dry-run", action="store_true", help="print them, store nothing")
+    comp.add_argument(
+        "--publish",
+        action="store_true",
+        help="also publish them on recommendations.v1 (Kafka from GPUGAP_KAFKA_*, or --out)",
+    )
+    comp.add_argument("--out", metavar="FILE", help="with --publish: JSON lines to FILE or '-'")
     ls = cmd("list", _list, "current recommendations by GPU-hours saved per week", rsub)
     ls.add_argument("--top", type=int, default=20, help="rows (20)")
     ls.add_argument("--all", action="store_true", help="with rejected and superseded ones")
@@ -83,7 +90,7 @@ def _format(args: argparse.Namespace, allowed: tuple[str, ...] = FORMATS) -> str
 
 def change_text(parameter: str, from_value: str, to_value: str) -> str:
     """A change as people say it: '--time 8:00:00 -> 2:30:00', 'GPUs 4 -> 2'."""
-    from gpugap.recommend.logic import hms
+    from gpugap.recommend.base import hms
 
     if parameter == "time_limit_s":
         return f"--time {hms(float(from_value))} -> {hms(float(to_value))}"
@@ -93,6 +100,11 @@ def change_text(parameter: str, from_value: str, to_value: str) -> str:
         return f"cull idle after {to_value} min"
     if parameter == "scheduler":
         return f"move to {to_value}"
+    if parameter == "replicas_by_hour":  # '00-08:1,08-16:3,16-24:1'
+        counts = [int(r.rpartition(":")[2]) for r in to_value.split(",") if ":" in r] or [0]
+        return f"replicas {from_value} -> {min(counts)}-{max(counts)} by hour"
+    if parameter == "gpu_profile":
+        return f"{from_value} -> {to_value}"
     return f"{parameter} {from_value} -> {to_value}"
 
 
@@ -117,6 +129,8 @@ def _compute(args: argparse.Namespace) -> int:
 
     if args.days <= 0:
         raise ConfigError(f"--days must be positive, got {args.days}")
+    if args.out and not args.publish:
+        raise ConfigError("--out goes with --publish (where the records are published to)")
     client = _client(args)
     try:
         w, recs = compute(client, days=args.days)
@@ -130,6 +144,8 @@ def _compute(args: argparse.Namespace) -> int:
                 writer.close()
     finally:
         client.close()
+    if args.publish:
+        print(f"{publish(recs, args.out)} published on recommendations.v1")
     total = sum(r.saved_gpu_hours_per_week for r in recs)
     verb = "found (not stored: --dry-run)" if args.dry_run else "stored"
     print(
@@ -141,6 +157,24 @@ def _compute(args: argparse.Namespace) -> int:
         print("\n".join(summary_lines(recs, args.top)))
         print("  gpugap recommend show ID  |  gpugap recommend decide ID accept --by WHO --why ...")
     return 0
+
+
+def publish(recs: list[Recommendation], out: str | None) -> int:
+    """The records on recommendations.v1 (keyed by id: a recomputed one replaces its
+    predecessor in a compacted topic), for consumers downstream."""
+    import asyncio
+
+    from gpugap.kafka.publish import open_publisher
+    from gpugap.settings import load
+    from schemas.topics import RECOMMENDATIONS
+
+    async def send() -> int:
+        async with open_publisher(out, load().kafka) as pub:
+            for r in recs:
+                await pub.send(RECOMMENDATIONS, r)
+        return len(recs)
+
+    return asyncio.run(send())
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -187,6 +221,11 @@ def show_text(rec: Recommendation, decisions: list[Any]) -> str:
         f"{rec.id}  ({rec.kind}, {rec.workload_class.value})",
         f"  target      {recommendation_target(rec)}",
         f"  change      {change_text(rec.change.parameter, rec.change.from_value, rec.change.to_value)}",  # noqa: E501
+        *(
+            [f"  schedule    {rec.change.to_value} (UTC hours: replicas)"]
+            if rec.change.parameter == "replicas_by_hour"
+            else []
+        ),
         f"  saves       {rec.saved_gpu_hours_per_week:,.1f} GPU-hours per week",
         f"  confidence  {rec.confidence:.2f}  (history {e.history_days:.1f} days, "
         f"{e.samples} samples, spread {e.spread:.2f})",
@@ -205,7 +244,8 @@ def show_text(rec: Recommendation, decisions: list[Any]) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from gpugap.recommend.engine import decisions, follow_up, get
+    from gpugap.recommend.engine import decisions, get
+    from gpugap.recommend.followup import follow_up
 
     fmt = _format(args, ("table", "json"))
     client = _client(args)
@@ -230,9 +270,9 @@ def _show(args: argparse.Namespace) -> int:
         print("\n".join(f"    {line}" for line in rec.apply.splitlines()))
     if check is not None:
         print(
-            f"  follow-up   {check.jobs} jobs since {check.since:%Y-%m-%d}: padding "
-            f"{check.measured_per_week:,.1f} GPU-h/week (was {check.before_per_week:,.1f}, "
-            f"expected {check.expected_per_week:,.1f})"
+            f"  follow-up   {check.allocations} jobs/pods since {check.since:%Y-%m-%d}: "
+            f"{check.measure} {check.measured_per_week:,.1f} GPU-h/week (was "
+            f"{check.before_per_week:,.1f}, expected {check.expected_per_week:,.1f})"
         )
     return 0
 

@@ -7,14 +7,15 @@ append-only ``recommendation_decisions`` table, and an accepted one prints what 
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from gpugap.recommend import logic
-from gpugap.recommend.logic import Window
+from gpugap.recommend import batch, boundary, fit, interactive, placement, services
+from gpugap.recommend.base import Window, rank
 from gpugap.recommend.queries import (
     gpu_families,
     notebooks,
@@ -22,6 +23,7 @@ from gpugap.recommend.queries import (
     slurm_families,
     window,
 )
+from gpugap.recommend.usage_queries import gpu_uses, service_demand
 from gpugap.report.query import run_query
 from schemas.errors import ConfigError
 from schemas.models import Recommendation, RecommendationTarget
@@ -32,6 +34,54 @@ DECISIONS = ("accept", "reject", "defer")
 DEFAULT_DAYS = 14.0  # KRR's default history (336 h)
 
 
+Found = list[Recommendation | None]
+
+
+def _time_limits(client: Any, w: Window, now: datetime) -> Found:
+    return [batch.time_limit(f, w, now) for f in slurm_families(client, w)]
+
+
+def _gpu_counts(client: Any, w: Window, now: datetime) -> Found:
+    return [batch.gpu_count(f, w, now) for f in gpu_families(client, w)]
+
+
+def _culling(client: Any, w: Window, now: datetime) -> Found:
+    books: dict[RecommendationTarget, list[interactive.NotebookIdle]] = defaultdict(list)
+    for b in notebooks(client, w):
+        books[b.target].append(b)
+    return [interactive.idle_culling(t, bs, w, now) for t, bs in books.items()]
+
+
+def _gangs(client: Any, w: Window, now: datetime) -> Found:
+    gangs: dict[RecommendationTarget, list[placement.PartialGang]] = defaultdict(list)
+    for g in partial_gangs(client, w):
+        gangs[g.target].append(g)
+    return [placement.placement(t, gs, w, now) for t, gs in gangs.items()]
+
+
+def _services(client: Any, w: Window, now: datetime) -> Found:
+    """Kubernetes services by hour of day; variable Slurm services to Kubernetes."""
+    out: Found = []
+    for d in service_demand(client, w):
+        out += [services.service_schedule(d, w, now), placement.to_kubernetes(d, w, now)]
+    return out
+
+
+def _shares(client: Any, w: Window, now: datetime) -> Found:
+    return [fit.gpu_share(u, w, now) for u in gpu_uses(client, w)]
+
+
+#: every recommender, by the name its timing is reported under
+RECOMMENDERS: dict[str, Callable[[Any, Window, datetime], Found]] = {
+    "slurm_time_limit": _time_limits,
+    "gpu_count": _gpu_counts,
+    "idle_culling": _culling,
+    "placement": _gangs,
+    "services": _services,
+    "gpu_share": _shares,
+}
+
+
 def compute(
     client: Any,
     days: float = DEFAULT_DAYS,
@@ -40,38 +90,21 @@ def compute(
     timings: dict[str, float] | None = None,
 ) -> tuple[Window, list[Recommendation]]:
     """Every recommender over the last ``days`` of data, ranked by GPU-hours saved."""
-    import time
-
     now = now or utc_now()
-    marks: dict[str, float] = {}
     t = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal t
-        marks[name] = (time.perf_counter() - t) * 1000
-        t = time.perf_counter()
-
     w = window(client, days, until)
-    lap("window")
-    recs: list[Recommendation | None] = [
-        logic.time_limit(f, w, now) for f in slurm_families(client, w)
-    ]
-    lap("slurm_time_limit")
-    recs += [logic.gpu_count(f, w, now) for f in gpu_families(client, w)]
-    lap("gpu_count")
-    books: dict[RecommendationTarget, list[logic.NotebookIdle]] = defaultdict(list)
-    for b in notebooks(client, w):
-        books[b.target].append(b)
-    recs += [logic.idle_culling(target, bs, w, now) for target, bs in books.items()]
-    lap("idle_culling")
-    gangs: dict[RecommendationTarget, list[logic.PartialGang]] = defaultdict(list)
-    for g in partial_gangs(client, w):
-        gangs[g.target].append(g)
-    recs += [logic.placement(target, gs, w, now) for target, gs in gangs.items()]
-    lap("placement")
+    marks = {"window": (time.perf_counter() - t) * 1000}
+    recs: Found = []
+    for name, recommend in RECOMMENDERS.items():
+        t = time.perf_counter()
+        recs += recommend(client, w, now)
+        marks[name] = (time.perf_counter() - t) * 1000
+    t = time.perf_counter()
+    ranked = boundary.annotate(client, w, rank(recs))
+    marks["boundary"] = (time.perf_counter() - t) * 1000
     if timings is not None:
         timings.update(marks)
-    return w, logic.rank(recs)
+    return w, ranked
 
 
 def store(client: Any, recs: Sequence[Recommendation]) -> None:
@@ -168,57 +201,3 @@ def decisions(client: Any, rec_id: str | None = None) -> list[Decision]:
         Decision(r[0], r[1], r[2], r[3], r[4].replace(tzinfo=UTC) if r[4].tzinfo is None else r[4])
         for r in rows
     ]
-
-
-# --- the follow-up: the target's gap after an accepted change, beside the expectation -----
-
-FOLLOWUP_TIME = """
-SELECT count(), sum(gpus_requested * greatest(time_limit_s - elapsed_s, 0)) / 3600
-FROM v_slurm_padding
-WHERE cluster = {cluster:String} AND user = {user:String} AND account = {account:String}
-    AND name = {name:String} AND partition = {partition:String}
-    AND start_time >= {after:DateTime64(3, 'UTC')} AND end_time < {until:DateTime64(3, 'UTC')}
-"""
-
-
-@dataclass(frozen=True)
-class FollowUp:
-    since: datetime
-    weeks: float
-    jobs: int
-    measured_per_week: float  # the target's waste of this kind per week since the decision
-    before_per_week: float  # the same, as the recommendation found it (before)
-    expected_per_week: float  # before - saved
-
-
-def follow_up(client: Any, rec: Recommendation, accepted_at: datetime) -> FollowUp | None:
-    """For a Slurm --time change: the padding GPU-hours per week of the family's jobs that
-    started after the acceptance, beside what it was and what the change expected. Other
-    kinds: not measured yet (None)."""
-    if rec.kind != "slurm_time_limit":
-        return None
-    t = rec.target
-    latest = window(client, 1.0).until
-    if latest <= accepted_at:
-        return FollowUp(accepted_at, 0.0, 0, 0.0, 0.0, 0.0)
-    r = run_query(
-        client,
-        FOLLOWUP_TIME,
-        {
-            "cluster": t.cluster, "user": t.user or "", "account": t.account or "",
-            "name": t.job_name or "", "partition": t.partition or "", "after": accepted_at,
-            "until": latest,
-        },
-    ).result_rows[0]  # fmt: skip
-    weeks = max((latest - accepted_at) / timedelta(days=7), 1 / 7)
-    before = (
-        rec.evidence.figures.get("padding_gpu_h", 0.0) * 7 / max(rec.evidence.history_days, 1.0)
-    )
-    return FollowUp(
-        accepted_at,
-        weeks,
-        int(r[0]),
-        float(r[1] or 0.0) / weeks,
-        before,
-        max(before - rec.saved_gpu_hours_per_week, 0.0),
-    )

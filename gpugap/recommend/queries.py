@@ -1,4 +1,4 @@
-"""The SQL the recommenders read, and the rows it turns into (logic.py's dataclasses).
+"""The SQL the recommenders read, and the rows it turns into (the recommenders' dataclasses).
 
 Every query is read-only and bounded by the window; values are server-side parameters.
 What each reads at 100M GPU-minute rows: the allocations table (Slurm families), the hourly
@@ -12,17 +12,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpugap.recommend.logic import (
-    GPU_IDLE_LIFE,
-    NOTEBOOK_IDLE_SHARE,
-    GpuFamily,
-    NotebookIdle,
-    PartialGang,
-    SlurmFamily,
-    Window,
-    k8s_target,
-    slurm_target,
-)
+from gpugap.recommend.base import Window, k8s_target, slurm_target
+from gpugap.recommend.batch import GPU_IDLE_LIFE, GpuFamily, SlurmFamily
+from gpugap.recommend.interactive import NOTEBOOK_IDLE_SHARE, NotebookIdle
+from gpugap.recommend.placement import PartialGang
 from gpugap.report.query import run_query
 from schemas.types import WorkloadClass
 
@@ -57,6 +50,13 @@ GROUP BY cluster, owner, team, name, partition
 HAVING countIf(final_state = 'COMPLETED') >= 3
 """
 
+# the workload an allocation belongs to, as k8s_target names it: a pod with an owner is its
+# owner's (a ReplicaSet's pod-template hash dropped: every ReplicaSet of one Deployment), a
+# Slurm job or a bare pod its name
+WORKLOAD_KEY = """if(m.owner_name != '', tuple(splitByChar('/', m.name)[1],
+        if(m.owner_kind = 'ReplicaSet', replaceRegexpOne(m.owner_name, '-[^-]+$', ''),
+            m.owner_name)), tuple(m.name, ''))"""
+
 # per allocation and GPU from the hourly rollup; an allocation with N GPUs is a family
 # member asking for N; families where every allocation kept every GPU busy drop out here
 GPU_FAMILIES = f"""
@@ -84,13 +84,13 @@ meta AS (
     FROM v_allocations
     WHERE allocation_id IN (SELECT allocation_id FROM per_alloc)
 )
-SELECT a.cluster, a.sched, any(a.wclass), m.owner, m.team, m.name, m.partition,
-    m.owner_kind, m.owner_name, a.gpus, count(), max(a.busy), avg(a.busy), stddevPop(a.busy),
-    sum(a.hours), sum(a.gpu_h), sum(a.consumed_h)
+SELECT a.cluster, a.sched, any(a.wclass), m.owner, m.team, any(m.name), m.partition,
+    m.owner_kind, any(m.owner_name), a.gpus, count(), max(a.busy), avg(a.busy),
+    stddevPop(a.busy), sum(a.hours), sum(a.gpu_h), sum(a.consumed_h)
 FROM per_alloc AS a
 LEFT JOIN meta AS m ON m.cluster = a.cluster AND m.allocation_id = a.allocation_id
-GROUP BY a.cluster, a.sched, m.owner, m.team, m.name, m.partition, m.owner_kind,
-    m.owner_name, a.gpus
+GROUP BY a.cluster, a.sched, m.owner, m.team, m.partition, m.owner_kind,
+    {WORKLOAD_KEY}, a.gpus
 HAVING max(a.busy) < a.gpus
 """
 
@@ -191,12 +191,12 @@ def window(client: Any, days: float, until: datetime | None = None) -> Window:
     return Window(since, until, max(0.0, (until - first).total_seconds() / 86400))
 
 
-def _params(w: Window, **extra: Any) -> dict[str, Any]:
+def params_of(w: Window, **extra: Any) -> dict[str, Any]:
     return {"since": w.since, "until": w.until, **extra}
 
 
 def slurm_families(client: Any, w: Window) -> list[SlurmFamily]:
-    rows = run_query(client, SLURM_FAMILIES, _params(w)).result_rows
+    rows = run_query(client, SLURM_FAMILIES, params_of(w)).result_rows
     return [
         SlurmFamily(
             cluster=r[0], user=r[1], account=r[2], job_name=r[3], partition=r[4], qos=r[5],
@@ -207,14 +207,14 @@ def slurm_families(client: Any, w: Window) -> list[SlurmFamily]:
     ]  # fmt: skip
 
 
-def _target(r: dict[str, Any]) -> Any:
+def target_of(r: dict[str, Any]) -> Any:
     if r["scheduler"] == "slurm":
         return slurm_target(r["cluster"], r["owner"], r["team"], r["name"], r["partition"])
     ns, _, pod = (r["name"] or "").partition("/")
     return k8s_target(r["cluster"], ns, r["owner_kind"], r["owner_name"], pod or r["name"])
 
 
-def _class(value: str, default: WorkloadClass) -> WorkloadClass:
+def class_of(value: str, default: WorkloadClass) -> WorkloadClass:
     try:
         return WorkloadClass(value)
     except ValueError:
@@ -222,7 +222,7 @@ def _class(value: str, default: WorkloadClass) -> WorkloadClass:
 
 
 def gpu_families(client: Any, w: Window) -> list[GpuFamily]:
-    rows = run_query(client, GPU_FAMILIES, _params(w, idle_life=GPU_IDLE_LIFE)).result_rows
+    rows = run_query(client, GPU_FAMILIES, params_of(w, idle_life=GPU_IDLE_LIFE)).result_rows
     out = []
     for r in rows:
         meta = dict(
@@ -236,8 +236,8 @@ def gpu_families(client: Any, w: Window) -> list[GpuFamily]:
         meta = {k: v or "" for k, v in meta.items()}
         out.append(
             GpuFamily(
-                target=_target(meta),
-                workload_class=_class(r[2], WorkloadClass.BATCH),
+                target=target_of(meta),
+                workload_class=class_of(r[2], WorkloadClass.BATCH),
                 gpus=int(r[9]),
                 allocations=int(r[10]),
                 max_busy=int(r[11]),
@@ -253,11 +253,11 @@ def gpu_families(client: Any, w: Window) -> list[GpuFamily]:
 
 def notebooks(client: Any, w: Window) -> list[NotebookIdle]:
     cands = run_query(
-        client, NOTEBOOK_CANDIDATES, _params(w, share=NOTEBOOK_IDLE_SHARE)
+        client, NOTEBOOK_CANDIDATES, params_of(w, share=NOTEBOOK_IDLE_SHARE)
     ).result_rows
     if not cands:
         return []
-    params = _params(w, share=NOTEBOOK_IDLE_SHARE)
+    params = params_of(w, share=NOTEBOOK_IDLE_SHARE)
     gpus = {(r[0], r[1]): int(r[3]) for r in cands}
     meta = {
         (r[0], r[1]): dict(
@@ -280,7 +280,7 @@ def notebooks(client: Any, w: Window) -> list[NotebookIdle]:
         }  # fmt: skip
         out.append(
             NotebookIdle(
-                target=_target(m),
+                target=target_of(m),
                 workload_class=WorkloadClass.INTERACTIVE,
                 allocation_id=r[1],
                 gpus=gpus.get(key, 1),
@@ -294,7 +294,7 @@ def notebooks(client: Any, w: Window) -> list[NotebookIdle]:
 
 def partial_gangs(client: Any, w: Window) -> list[PartialGang]:
     out = []
-    for r in run_query(client, PARTIAL_GANGS, _params(w)).result_rows:
+    for r in run_query(client, PARTIAL_GANGS, params_of(w)).result_rows:
         cluster, gang_id = r[0], r[1]
         ns, kind, name, pod = r[6] or "", r[7] or "", r[8] or "", r[9] or ""
         if not ns and "/" in gang_id:  # no pod metadata: the gang id is namespace/name

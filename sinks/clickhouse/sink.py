@@ -155,7 +155,8 @@ SELECT toStartOfHour(m.minute) AS hour, m.cluster, m.node, m.gpu_uuid, m.allocat
     countIf(m.allocated_ms > 0 AND m.no_samples = 0
         AND m.consumed_ms < if(m.idle_after_minutes > 0, m.idle_threshold_bp / 10000,
             p.threshold) * m.allocated_ms),
-    max(m.activity_max_bp) / 10000, now64(3)
+    max(m.activity_max_bp) / 10000, max(m.memory_used_mib),
+    countIf(m.no_samples = 0 AND m.memory_used_mib > 0), now64(3)
 FROM (
     SELECT * FROM gpu_minutes FINAL WHERE minute >= {start:DateTime} AND minute < {end:DateTime}
 ) AS m

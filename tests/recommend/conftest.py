@@ -8,10 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpugap.cost.card import validate_card, write_rate_card
 from gpugap.settings import ClickHouseSettings
 from schemas import Record
 from sinks.clickhouse.sink import ClickHouseSink
-from tests.recommend.scenario import records
+from tests.recommend.scenario import RATE_CARD, records
 
 
 def write(settings: ClickHouseSettings, rows: list[Record]) -> None:
@@ -32,6 +33,11 @@ def week(clickhouse_server: ClickHouseSettings) -> Iterator[ClickHouseSettings]:
     settings = clickhouse_server.model_copy(update={"database": f"r{uuid.uuid4().hex[:10]}"})
     migrate(settings)
     write(settings, records())
+    client = connect(settings)
+    try:
+        write_rate_card(client, validate_card(RATE_CARD, "scenario"), "scenario")
+    finally:
+        client.close()
     yield settings
     admin = connect(settings, database=False)
     try:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from schemas import Alert, GpuMinute, K8sPodEvent, NodeGpus, Record, SlurmJobEvent
 from schemas.examples import gpu_uuid
+from schemas.models import Transfer
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 DAYS = 7
@@ -38,6 +39,30 @@ GPU_JOB_HOURS = 6
 NOTEBOOK_PERIOD, NOTEBOOK_BUSY = 240, 24
 # (d) a 4-pod PyTorchJob (2 GPUs a pod) with 3 pods at the barrier for 45 min a day
 GANG_PODS, GANG_GPUS_PER_POD, GANG_WAIT_H = 4, 2, 0.75
+# (e) a Deployment of 3 one-GPU pods sized for its peak (08-16 UTC, 70 % busy), 3x its
+# trough the rest of the day; its control: 2 pods a steady 60 % busy
+RANKER_PODS, PEAK_HOURS, PEAK_ACTIVITY = 3, range(8, 16), 0.7
+# (f) a one-GPU service 8 % busy in 6,000 MiB: a 1g.10gb MIG slice holds it (the control:
+# the embedder above, 60 % busy)
+TOKENIZER_ACTIVITY, TOKENIZER_MIB = 0.08, 6000.0
+# (g) a service on Slurm holding 4 GPUs all week, busy 10-18 UTC and a quarter of that after
+SERVE_GPUS, SERVE_PEAK_HOURS = 4, range(10, 18)
+
+
+# the boundary beside the placements: the ml team (the PyTorchJob's) copies 100 GiB a day
+# from the cloud cluster to on-prem; nobody records transfers for serve-llm
+RATE_CARD = {
+    "name": "scenario", "currency": "USD",
+    "clusters": {
+        "hpc": {"environment": "onprem", "gpu_model": "H100", "kwh_price": 0.1,
+                "capital": {"H100": {"price": 30000, "years": 4}},
+                "overhead_per_gpu_hour": 0.1, "egress_per_gib": {"onprem->cloud": 0.0}},
+        "k8s": {"environment": "cloud", "gpu_model": "NVIDIA A100-SXM4-80GB",
+                "cloud": {"NVIDIA A100-SXM4-80GB": {"on_demand": 4.0}},
+                "egress_per_gib": {"cloud->onprem": 0.09}},
+    },
+}  # fmt: skip
+ML_GIB_PER_DAY = 100
 
 
 class MODEL:
@@ -55,6 +80,20 @@ class MODEL:
     cull_saved = DAYS * (1440 // NOTEBOOK_PERIOD) * (episode_min - cull_minutes) / 60 / DAYS * 7
     # (d) every partial-gang GPU-hour: 3 running pods x 2 GPUs x 45 min, once a day
     gang_saved = DAYS * (GANG_PODS - 1) * GANG_GPUS_PER_POD * GANG_WAIT_H / DAYS * 7
+    # (e) 16 trough hours a day: 3 pods x 0.7 / 3 = 0.7 GPUs of work -> 1 replica at 0.7
+    service_schedule = "00-08:1,08-16:3,16-24:1"
+    service_saved = DAYS * (24 - len(PEAK_HOURS)) * (RANKER_PODS - 1) / DAYS * 7
+    # (f) 1 of 7 slices fits 0.08 (<= 0.9/7) and 6,000 MiB (<= 0.9 x 10 GiB)
+    share_profile = "1g.10gb"
+    share_saved = (1 - 1 / 7) * 24 * DAYS / DAYS * 7
+    # (g) trough: 4 x 0.7 / 4 = 0.7 GPUs of work -> 1 GPU; peak 4
+    serve_saved = DAYS * (24 - len(SERVE_PEAK_HOURS)) * (SERVE_GPUS - 1) / DAYS * 7
+    # the gang's team's boundary: 100 GiB a day cloud->onprem at the k8s card's 0.09/GiB
+    gang_boundary_gib = ML_GIB_PER_DAY * 7
+    gang_boundary_cost = gang_boundary_gib * 0.09
+    gang_move_per_gib = 0.09  # moved to Slurm, its cloud data crosses cloud->onprem
+    gang_saved_cost = gang_saved * 4.0  # the k8s card's A100 on-demand rate
+    serve_saved_cost = serve_saved * (30000 / (4 * 8760) + 0.1)
 
 
 def slurm_job(job_id: str, who: dict[str, object], start: datetime, run_s: int, limit_s: int,
@@ -79,12 +118,14 @@ def slurm_job(job_id: str, who: dict[str, object], start: datetime, run_s: int, 
 
 
 def minute(cluster: str, node: str, gpu: int, t: datetime, alloc: str, scheduler: str,
-           cls: str, owner: str, activity: float) -> GpuMinute:  # fmt: skip
+           cls: str, owner: str, activity: float,
+           memory: float | None = None) -> GpuMinute:  # fmt: skip
     return GpuMinute(
         cluster=cluster, node=node, gpu_uuid=gpu_uuid(node, gpu), minute=t, allocated_s=60.0,
         consumed_gpu_s=60.0 * activity, activity_avg=activity, activity_max=activity,
         activity_metric="sm_active", sample_count=6, no_samples=False, allocation_id=alloc,
         scheduler=scheduler, workload_class=cls, owner=owner, team="t",
+        memory_used_mib_avg=memory,
     )  # fmt: skip
 
 
@@ -154,6 +195,53 @@ def records(days: int = DAYS) -> list[Record]:
             opened = T0 + timedelta(days=d, hours=1)
             wait = GANG_WAIT_H if episodes > 1 else 1 / 30
             out += [gang_alert(gang, d, opened, wait, s) for s in ("open", "resolved")]
+    out += [
+        Transfer(
+            event_id=f"billing/ml/{d}", time=T0 + timedelta(days=d), interval_s=86400.0,
+            cluster="k8s", from_env="cloud", to_env="onprem", bytes=ML_GIB_PER_DAY << 30,
+            source="billing_csv", team="ml",
+        )
+        for d in range(days)
+    ]  # fmt: skip
+    return out + services(days)
+
+
+def services(days: int) -> list[Record]:
+    """(e), (f), (g): pods and a Slurm job of the service class, minute by minute."""
+    out: list[Record] = []
+    end = T0 + timedelta(days=days)
+    trough = PEAK_ACTIVITY / 3
+    pods = [
+        (
+            f"ranker-{p}",
+            f"kn2{p}",
+            "ranker-5f7d9c",
+            lambda h: PEAK_ACTIVITY if h in PEAK_HOURS else trough,
+            30000.0,
+        )
+        for p in range(RANKER_PODS)
+    ]
+    pods += [
+        (f"embedder-{p}", f"kn3{p}", "embedder-6c8b7a", lambda h: 0.6, 20000.0) for p in range(2)
+    ]
+    pods += [("tokenizer-0", "kn40", "tokenizer-7a9d2e", lambda h: TOKENIZER_ACTIVITY,
+              TOKENIZER_MIB)]  # fmt: skip
+    for uid, node, rs, activity, memory in pods:
+        name = f"{rs}-{uid[-1]}x"
+        for kind, t in (("bound", T0), ("terminated", end)):
+            out.append(pod(uid, "serving", name, node, 1, kind, t, ("ReplicaSet", rs), "service"))
+        for m in range(days * 1440):
+            t = T0 + timedelta(minutes=m)
+            out.append(minute("k8s", node, 0, t, f"k8s/k8s/{uid}", "kubernetes", "service",
+                              "serving", activity(t.hour), memory))  # fmt: skip
+    who = {"user": "gina", "account": "search", "name": "serve-llm"}
+    out += slurm_job("900", who, T0, days * 86400, (days + 1) * 86400, SERVE_GPUS, "gn20")
+    for m in range(days * 1440):
+        t = T0 + timedelta(minutes=m)
+        a = PEAK_ACTIVITY if t.hour in SERVE_PEAK_HOURS else PEAK_ACTIVITY / SERVE_GPUS
+        for g in range(SERVE_GPUS):
+            out.append(minute("hpc", "gn20", g, t, "slurm/hpc/900", "slurm", "service", "gina",
+                              a, 60000.0))  # fmt: skip
     return out
 
 
@@ -162,4 +250,5 @@ CONTROLS = {
     ("slurm_job_family", "dave"),
     ("k8s_workload", "frank-nb"),
     ("k8s_workload", "trainer-ok"),
+    ("k8s_workload", "embedder"),
 }

@@ -3,13 +3,17 @@ audit trail (append-only, who/when/why), and the change printed for a person to 
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
 from gpugap.cli import main
-from gpugap.settings import ClickHouseSettings
+from gpugap.settings import ClickHouseSettings, KafkaSettings
+from schemas.topics import RECOMMENDATIONS
 from sinks.clickhouse.warehouse import connect
+from tests.conftest import read_topic
 
 
 @pytest.fixture
@@ -33,17 +37,18 @@ def test_compute_list_show_decide_and_the_audit_trail(
 ) -> None:
     assert main(["recommend", "compute"]) == 0
     out = capsys.readouterr().out
-    assert "4 recommendation(s) stored from 7.0 days" in out
+    assert "7 recommendation(s) stored from 7.0 days" in out
     assert "--time 8:00:00 -> 2:30:00" in out
 
     rows = listed(capsys)
     saved = [float(r["saved_gpu_h_per_week"]) for r in rows]  # type: ignore[arg-type]
-    assert saved == sorted(saved, reverse=True) and len(rows) == 4
+    assert saved == sorted(saved, reverse=True) and len(rows) == 7
     by_kind = {r["kind"]: str(r["id"]) for r in rows}
-    assert set(by_kind) == {"slurm_time_limit", "gpu_count", "idle_culling", "placement"}
+    assert set(by_kind) == {"slurm_time_limit", "gpu_count", "idle_culling", "placement",
+                            "service_schedule", "gpu_share"}  # fmt: skip
 
     assert main(["recommend", "list"]) == 0
-    assert "hpc: alice/vision train-res" in capsys.readouterr().out
+    assert "hpc: alice/vision train-r" in capsys.readouterr().out
 
     rid = by_kind["slurm_time_limit"]
     assert main(["recommend", "show", rid]) == 0
@@ -91,7 +96,7 @@ def test_compute_list_show_decide_and_the_audit_trail(
     c = connect(env)
     try:
         assert c.query("SELECT count() FROM recommendation_decisions").result_rows == [(3,)]
-        assert c.query("SELECT count() FROM recommendations FINAL").result_rows == [(4,)]
+        assert c.query("SELECT count() FROM recommendations FINAL").result_rows == [(7,)]
     finally:
         c.close()
 
@@ -107,3 +112,29 @@ def test_bad_input_is_one_line(env: ClickHouseSettings, capsys: pytest.CaptureFi
     assert main(["recommend", "decide", "nope:0", "accept", "--by", "x", "--why", "y"]) == 2
     assert main(["recommend", "list", "--format", "xml"]) == 2
     assert main(["recommend", "decide", "nope:0", "accept", "--by", " ", "--why", "y"]) == 2
+
+
+def test_compute_publishes_on_recommendations_v1(
+    env: ClickHouseSettings,
+    kafka: KafkaSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--publish: every record on the real broker, keyed by id, equal to what was stored."""
+    monkeypatch.setenv("GPUGAP_KAFKA_BOOTSTRAP", kafka.bootstrap)
+    monkeypatch.setenv("GPUGAP_KAFKA_TOPIC_PREFIX", kafka.topic_prefix)
+    assert main(["recommend", "compute", "--publish"]) == 0
+    assert "7 published on recommendations.v1" in capsys.readouterr().out
+    got = asyncio.run(read_topic(kafka, RECOMMENDATIONS, 7, settle_s=1.0))
+    stored = {r["id"] for r in listed(capsys, "--all")}
+    assert len(got) == 7 and {r.id for r in got} == stored
+    assert {r.kind for r in got} >= {"service_schedule", "gpu_share", "placement"}
+
+
+def test_publish_to_json_lines(
+    env: ClickHouseSettings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "recs.jsonl"
+    assert main(["recommend", "compute", "--dry-run", "--publish", "--out", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 7 and {line["topic"] for line in lines} == {"recommendations.v1"}

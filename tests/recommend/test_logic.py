@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpugap.recommend import logic
+from gpugap.recommend import base, interactive
 from schemas.models import RecommendationChange
 
 
 def test_confidence_is_history_times_amount_times_steadiness() -> None:
-    c = logic.confidence
+    c = base.confidence
     assert c("slurm_time_limit", 10, 1.0, 0.0) == 0.5  # VPA: 1 + 1/days with 1 day
     assert c("slurm_time_limit", 10, 7.0, 0.0) == pytest.approx(0.875)
     assert c("slurm_time_limit", 5, 7.0, 0.0) == pytest.approx(0.4375, abs=1e-3)  # half the jobs
@@ -20,29 +20,54 @@ def test_confidence_is_history_times_amount_times_steadiness() -> None:
 
 
 def test_the_same_target_and_change_get_the_same_id() -> None:
-    t = logic.slurm_target("hpc", "alice", "vision", "train", "gpu")
+    t = base.slurm_target("hpc", "alice", "vision", "train", "gpu")
     ch = RecommendationChange(parameter="time_limit_s", from_value="28800", to_value="9000")
-    rid = logic.recommendation_id("slurm_time_limit", t, ch)
-    assert rid == logic.recommendation_id("slurm_time_limit", t.model_copy(), ch.model_copy())
+    rid = base.recommendation_id("slurm_time_limit", t, ch)
+    assert rid == base.recommendation_id("slurm_time_limit", t.model_copy(), ch.model_copy())
     assert rid.startswith("time-") and len(rid) == 17
     other = ch.model_copy(update={"to_value": "9900"})
-    assert logic.recommendation_id("slurm_time_limit", t, other) != rid
+    assert base.recommendation_id("slurm_time_limit", t, other) != rid
 
 
 def test_the_culling_timeout_sits_above_the_pauses() -> None:
-    assert logic.culling_minutes([216, 216]) == 30  # no pauses: the floor
-    assert logic.culling_minutes([5] * 9 + [40, 300]) == 30  # p90 of the pauses 8.5 -> 30
-    assert logic.culling_minutes([35] * 10) == 45  # 35 rounded up to 15 min
-    assert logic.culling_minutes([59] * 10) == 60
+    assert interactive.culling_minutes([216, 216]) == 30  # no pauses: the floor
+    assert interactive.culling_minutes([5] * 9 + [40, 300]) == 30  # p90 of the pauses 8.5 -> 30
+    assert interactive.culling_minutes([35] * 10) == 45  # 35 rounded up to 15 min
+    assert interactive.culling_minutes([59] * 10) == 60
 
 
 def test_quantile_interpolates_like_numpy() -> None:
-    assert logic.quantile([1, 2, 3, 4], 0.5) == 2.5
-    assert logic.quantile([7320.0] * 2 + [7080.0] * 12, 0.95) == 7320.0
-    assert logic.hms(9000) == "2:30:00" and logic.hms(30 * 3600) == "30:00:00"
+    assert base.quantile([1, 2, 3, 4], 0.5) == 2.5
+    assert base.quantile([7320.0] * 2 + [7080.0] * 12, 0.95) == 7320.0
+    assert base.hms(9000) == "2:30:00" and base.hms(30 * 3600) == "30:00:00"
 
 
 def test_k8s_workload_of_a_replicaset_is_its_deployment() -> None:
-    t = logic.k8s_target("k8s", "serving", "ReplicaSet", "llm-chat-7f9c8d", "llm-chat-7f9c8d-x")
+    t = base.k8s_target("k8s", "serving", "ReplicaSet", "llm-chat-7f9c8d", "llm-chat-7f9c8d-x")
     assert (t.owner_kind, t.owner_name) == ("Deployment", "llm-chat")
-    assert logic.k8s_target("k8s", "ns", "", "", "solo").owner_name == "solo"
+    assert base.k8s_target("k8s", "ns", "", "", "solo").owner_name == "solo"
+
+
+def test_gpu_models_and_the_smallest_mig_profile_that_fits() -> None:
+    from gpugap.recommend.fit import fitting, model_key
+
+    assert model_key("NVIDIA A100-SXM4-80GB") == "A100-80GB"
+    assert model_key("NVIDIA H100 80GB HBM3") == "H100-80GB"
+    assert model_key("H200 141GB") == "H200-141GB"
+    assert model_key("H100") is None and model_key("L40S 48GB") is None  # -> assumed default
+    assert fitting(0.08, 6000, "H100-80GB") == ("1g.10gb", 1, 10)
+    assert fitting(0.08, 9300, "H100-80GB") == ("2g.20gb", 2, 20)  # memory decides: > 90 %
+    assert fitting(0.30, 6000, "A100-40GB") == ("3g.20gb", 3, 20)
+    assert fitting(0.52, 6000, "H100-80GB") is None  # more than 4/7 x 90 % busy
+
+
+def test_replicas_by_hour_and_the_keda_schedule() -> None:
+    from gpugap.recommend.services import keda_cron, replicas_for, schedule_text
+
+    assert replicas_for(1.4, 1) == 2 and replicas_for(1.41, 1) == 3  # 1.4/0.7 is exactly 2
+    assert replicas_for(0.0, 2) == 1  # never below one replica
+    day = (1,) * 8 + (3,) * 8 + (1,) * 8
+    assert schedule_text(day) == "00-08:1,08-16:3,16-24:1"
+    yaml = keda_cron("serving", "ranker", "Deployment", day)
+    assert "minReplicaCount: 1" in yaml and yaml.count("type: cron") == 1
+    assert 'start: "0 8 * * *", end: "0 16 * * *", desiredReplicas: "3"' in yaml
