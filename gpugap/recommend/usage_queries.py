@@ -87,9 +87,12 @@ def service_demand(client: Any, w: Window) -> list[ServiceDemand]:
     hours: dict[RecommendationTarget, dict[Any, list[float]]] = defaultdict(dict)
     per_replica: dict[RecommendationTarget, int] = defaultdict(int)
     allocs: dict[RecommendationTarget, set[str]] = defaultdict(set)
+    targets: dict[tuple[str, str], RecommendationTarget] = {}  # an allocation's, once
     for r in run_query(client, SERVICE_HOURS, params_of(w)).result_rows:
         cluster, alloc, sched, hour, gpus = r[0], r[1], r[2], r[3], int(r[4])
-        t = _meta(r[7:13], cluster, alloc, sched)
+        t = targets.get((cluster, alloc))
+        if t is None:
+            t = targets[cluster, alloc] = _meta(r[7:13], cluster, alloc, sched)
         hour = hour.replace(tzinfo=UTC) if hour.tzinfo is None else hour
         slot = hours[t].setdefault(hour, [0.0, 0.0])
         slot[0] += float(r[5])
