@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import re
+import shlex
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -112,6 +113,28 @@ def sql_literal(value: object) -> str:
         return repr(value)
     text = str(value).replace("\\", "\\\\").replace("'", "\\'")
     return f"'{text}'"
+
+
+def sh(value: object) -> str:
+    """A record's value as one shell word on one line, in a command a person runs (a job
+    name is whatever its user typed): POSIX quoting, or bash's $'...' where it holds a
+    control character (a newline inside quotes would still split the printed command)."""
+    text = str(value)
+    if text.isprintable():
+        return shlex.quote(text)
+    body = "".join(
+        {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t"}.get(c, c)
+        if c.isprintable() or c in "\n\t"
+        else f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}"
+        for c in text
+    )
+    return f"$'{body}'"
+
+
+def said(value: object) -> str:
+    """A record's value inside a comment or a sentence: control characters shown as '?' (a
+    newline would end the comment and start a command)."""
+    return "".join(c if c.isprintable() else "?" for c in str(value))
 
 
 def hms(seconds: float) -> str:

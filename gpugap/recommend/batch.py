@@ -19,6 +19,8 @@ from gpugap.recommend.base import (
     family_filter,
     hms,
     quantile,
+    said,
+    sh,
     slurm_target,
     sql_literal,
 )
@@ -127,17 +129,20 @@ def time_limit(fam: SlurmFamily, w: Window, now: datetime) -> Recommendation | N
             "jobs_over_new_limit": float(over),
         },
     )
-    name = f" --job-name={fam.job_name}" if fam.job_name else ""
-    part = f" --partition={fam.partition}" if fam.partition else ""
+    name = f" --name={sh(fam.job_name)}" if fam.job_name else ""
+    part = f" --partition={sh(fam.partition)}" if fam.partition else ""
     apply = (
-        f"# in the job script of {fam.user}'s {fam.job_name or 'jobs'} (account {fam.account}):\n"
+        f"# in the job script of {said(fam.user)}'s {said(fam.job_name or 'jobs')} "
+        f"(account {said(fam.account)}):\n"
         f"#SBATCH --time={hms(new)}\n"
         f"# jobs already queued (a person runs this; gpugap never does):\n"
-        f"squeue -h -t PD -u {fam.user}{name}{part} -o %i | "
+        f"squeue -h -t PD -u {sh(fam.user)}{name}{part} -o %i | "
         f"xargs -r -I{{}} scontrol update JobId={{}} TimeLimit={hms(new)}"
     )
     if fam.qos:
-        apply += f"\n# or cap it for the QOS: sacctmgr modify qos {fam.qos} set MaxWall={hms(new)}"
+        apply += (
+            f"\n# or cap it for the QOS: sacctmgr modify qos {sh(fam.qos)} set MaxWall={hms(new)}"
+        )
     rationale = (
         f"{n} completed jobs: p95 elapsed {hms(q)}, limit {hms(current)} "
         f"({current / max(q, 1):.1f}x); p95 + {TIME_MARGIN:.0%} rounded up to 15 min = "
@@ -196,13 +201,14 @@ def gpu_count(fam: GpuFamily, w: Window, now: datetime) -> Recommendation | None
     )
     if t.scheduler is Scheduler.SLURM:
         apply = (
-            f"# in the job script of {t.user}'s {t.job_name or 'jobs'}:\n"
+            f"# in the job script of {said(t.user)}'s {said(t.job_name or 'jobs')}:\n"
             f"#SBATCH --gpus={needed}    # was {fam.gpus} (or --gres=gpu:{needed} per node)"
         )
     else:
         res = "nvidia.com~1gpu"
         apply = (
-            f"kubectl -n {t.namespace} patch {(t.owner_kind or 'pod').lower()} {t.owner_name} "
+            f"kubectl -n {sh(t.namespace)} patch {sh((t.owner_kind or 'pod').lower())} "
+            f"{sh(t.owner_name)} "
             f'--type=json -p \'[{{"op": "replace", "path": '
             f'"/spec/template/spec/containers/0/resources/limits/{res}", '
             f'"value": "{needed}"}}]\''

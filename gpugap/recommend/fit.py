@@ -28,6 +28,8 @@ from gpugap.recommend.base import (
     cv,
     evidence_in,
     family_filter,
+    said,
+    sh,
     sql_literal,
 )
 from schemas.models import (
@@ -145,9 +147,10 @@ def gpu_share(u: GpuUse, w: Window, now: datetime) -> Recommendation | None:
     res = f"nvidia.com/mig-{profile}"
     if t.scheduler is Scheduler.KUBERNETES:
         apply = (
-            f"# {t.namespace}/{t.owner_name}: ask for a {profile} slice instead of a GPU "
-            "(GPU operator, MIG strategy 'mixed'):\n"
-            f"kubectl -n {t.namespace} patch {(t.owner_kind or 'pod').lower()} {t.owner_name} "
+            f"# {said(t.namespace)}/{said(t.owner_name)}: ask for a {profile} slice instead "
+            "of a GPU (GPU operator, MIG strategy 'mixed'):\n"
+            f"kubectl -n {sh(t.namespace)} patch {sh((t.owner_kind or 'pod').lower())} "
+            f"{sh(t.owner_name)} "
             '--type=json -p \'[{"op": "remove", "path": '
             '"/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu"}, '
             '{"op": "add", "path": "/spec/template/spec/containers/0/resources/limits/'
@@ -156,7 +159,7 @@ def gpu_share(u: GpuUse, w: Window, now: datetime) -> Recommendation | None:
         )
     else:
         apply = (
-            f"# in the job script of {t.user}'s {t.job_name or 'jobs'} (gres.conf with "
+            f"# in the job script of {said(t.user)}'s {said(t.job_name or 'jobs')} (gres.conf with "
             "AutoDetect=nvml names MIG slices by profile):\n"
             f"#SBATCH --gres=gpu:{profile}:{u.gpus}    # was --gpus={u.gpus}"
         )

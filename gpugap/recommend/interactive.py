@@ -18,6 +18,7 @@ from gpugap.recommend.base import (
     cv,
     evidence_in,
     quantile,
+    said,
     sql_literal,
 )
 from schemas.models import (
@@ -113,12 +114,15 @@ def idle_culling(
             f"kubectl -n kubeflow set env deployment/notebook-controller-deployment "
             f"ENABLE_CULLING=true CULL_IDLE_TIME={cull}\n"
             f"# JupyterHub: jupyterhub-idle-culler --timeout={cull * 60}\n"
-            f"# for {t.namespace}/{t.owner_name} only: annotate it and let its owner decide"
+            f"# for {said(t.namespace)}/{said(t.owner_name)} only: annotate it and let its "
+            "owner decide"
         )
     else:
         apply = (
-            f"# interactive Slurm sessions of {t.user}: end an salloc idle for {cull} min, e.g.\n"
-            f"#SBATCH --time for salloc, or a job_submit/lua rule for partition {t.partition}"
+            f"# interactive Slurm sessions of {said(t.user)}: end an salloc idle for {cull} "
+            "min, e.g.\n"
+            f"#SBATCH --time for salloc, or a job_submit/lua rule for partition "
+            f"{said(t.partition)}"
         )
     rationale = (
         f"idle {idle / measured:.0%} of {measured / 60:.0f} measured hours in {len(episodes)} "

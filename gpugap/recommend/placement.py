@@ -17,6 +17,8 @@ from gpugap.recommend.base import (
     build,
     cv,
     evidence_in,
+    said,
+    sh,
     sql_literal,
 )
 from gpugap.recommend.services import (
@@ -24,6 +26,7 @@ from gpugap.recommend.services import (
     VARIABLE_DEMAND,
     ServiceDemand,
     evidence_for,
+    k8s_name,
     keda_cron,
     worth_it,
 )
@@ -93,10 +96,10 @@ def placement(
         },
     )
     apply = (
-        f"# run {target.namespace}/{target.owner_name} as one Slurm job: all "
+        f"# run {said(target.namespace)}/{said(target.owner_name)} as one Slurm job: all "
         f"{pods} workers start together or not at all\n"
         f"sbatch --nodes={pods} --ntasks-per-node=1 --gpus-per-node={max(per_pod, 1)} "
-        f"--job-name={target.owner_name} train.sbatch   # srun torchrun ... inside\n"
+        f"--job-name={sh(target.owner_name)} train.sbatch   # srun torchrun ... inside\n"
         "# or keep it on Kubernetes with gang admission (Kueue, Volcano minAvailable)"
     )
     rationale = (
@@ -126,9 +129,10 @@ def to_kubernetes(d: ServiceDemand, w: Window, now: datetime) -> Recommendation 
     if max(s.replicas) < VARIABLE_DEMAND * min(s.replicas):
         return None
     t = d.target
-    name = (t.job_name or t.user or "service").lower()
+    name = k8s_name(t.job_name or t.user or "service")
     apply = (
-        f"# serve {t.user}'s {t.job_name or 'service'} (account {t.account}) from a Kubernetes "
+        f"# serve {said(t.user)}'s {said(t.job_name or 'service')} (account {said(t.account)}) "
+        "from a Kubernetes "
         f"Deployment, {d.gpus_per_replica} GPU a replica, scaled by the hour (UTC):\n"
         f"{keda_cron('serving', name, 'Deployment', s.replicas)}\n"
         f"# then end the Slurm job (a person does: scancel); gpugap changes no scheduler"

