@@ -219,8 +219,9 @@ def _metadata(conn: Connection, topics: list[str]) -> tuple[dict[int, tuple[str,
         parts: dict[int, int] = {}
         for _ in range(r.take(_I32)):
             perr, idx, leader = r.take(_I16), r.take(_I32), r.take(_I32)
-            for _ in range(2):  # replicas, isr
-                r.pos += 4 * r.take(_I32)
+            for _ in range(2):  # replicas, isr: the count first, then skip its int32s
+                n = r.take(_I32)
+                r.pos += 4 * n
             parts[idx] = leader if perr == 0 else -perr
         leaders[name] = parts if err == 0 else -err
     return brokers, leaders
