@@ -1,7 +1,8 @@
 """``python -m benchmarks SUBJECT [options]`` (``make bench``): figures printed side by side with
 their baselines. Benchmarks run from a source checkout; nothing in the installed package
 imports them. Subjects with their own options (endpoint, fuzz, core, slurm-hook,
-kubernetes-real, bi) take them after the subject: ``python -m benchmarks fuzz --hostile 1000``."""
+kubernetes-real, bi, backfill) take them after the subject:
+``python -m benchmarks fuzz --hostile 1000``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ OWN_OPTIONS = {
     # the report's views through the BI drivers (tests/bi/drivers.py) beside clickhouse-connect
     "bi": "benchmarks.bi",
     "web": "benchmarks.web",  # the web page in headless Chromium
+    # gpugap backfill prometheus against a real Prometheus: days of history per minute
+    "backfill": "benchmarks.backfill",
 }
 
 

@@ -242,7 +242,7 @@ def _sink_options(sink: argparse.ArgumentParser) -> None:
     sink.add_argument("--max-age", type=float, default=1.0, help="batch age limit (seconds)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one block per command)
     p = argparse.ArgumentParser(
         prog="gpugap", description="Allocated vs consumed GPU-hours across Slurm and Kubernetes."
     )
@@ -356,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     from producers.slurm.cli import register as register_slurm  # slurm-hook, produce --since
 
     register_slurm(sub, cmd)
+    from producers.backfill.cli import register as register_backfill  # backfill SOURCE
+
+    register_backfill(sub, cmd)
     return p
 
 

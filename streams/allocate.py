@@ -20,6 +20,7 @@ from gpugap.classify import Owner, classify_pod, classify_slurm
 from schemas.clock import HOUR_MS, HOUR_S, SECOND_MS, at, ms
 from schemas.models import Alert, AllocationEvent, K8sPodEvent, SlurmJobEvent
 from schemas.types import (
+    MAX_GPUS_PER_NODE,
     AlertKind,
     AlertState,
     LifecycleKind,
@@ -35,7 +36,11 @@ DONE_RETAIN_MS = HOUR_MS
 
 
 def from_slurm(ev: SlurmJobEvent) -> list[AllocationEvent]:
-    """One allocation event per node of the job that holds GPUs."""
+    """One allocation event per node of the job that holds GPUs.
+
+    A job whose source knew how many GPUs it had but not which (sacct: a count in its TRES,
+    no indices) still holds them: its count is spread over its nodes, with no indices, so the
+    core allocates stand-in GPUs flagged ``no_samples`` (allocated, consumption unknown)."""
     cls = classify_slurm(
         interactive=ev.interactive,
         override=ev.workload_class,
@@ -46,17 +51,20 @@ def from_slurm(ev: SlurmJobEvent) -> list[AllocationEvent]:
         name=ev.job_name,
     )
     when = ev.start_time if ev.kind is LifecycleKind.START else ev.end_time
+    held: list[tuple[str, int, tuple[int, ...] | None]] = [
+        (n.node, len(n.gpu_indices), n.gpu_indices) for n in ev.nodes if n.gpu_indices
+    ] or [(node, gpus, None) for node, gpus in _counted_only(ev)]
     return [
         AllocationEvent(
-            event_id=f"{ev.event_id}/{n.node}",
+            event_id=f"{ev.event_id}/{node}",
             kind=ev.kind,
             time=when or ev.time,
             cluster=ev.cluster,
-            node=n.node,
+            node=node,
             scheduler=Scheduler.SLURM,
             allocation_id=ev.allocation_id,
-            gpus=len(n.gpu_indices),
-            gpu_indices=n.gpu_indices,
+            gpus=gpus,
+            gpu_indices=indices,
             workload_class=cls,
             owner=ev.user,
             team=ev.account,
@@ -65,9 +73,18 @@ def from_slurm(ev: SlurmJobEvent) -> list[AllocationEvent]:
             partition=ev.partition,
             labels=slurm_labels(ev),
         )
-        for n in ev.nodes
-        if n.gpu_indices
+        for node, gpus, indices in held
     ]
+
+
+def _counted_only(ev: SlurmJobEvent) -> list[tuple[str, int]]:
+    """(node, GPUs) of a job with a GPU count and no index on any node (sacct), the count
+    split evenly over its nodes (the first nodes take the remainder); [] otherwise."""
+    if not ev.nodes or ev.gpus_total == 0 or any(n.gpu_indices for n in ev.nodes):
+        return []
+    each, extra = divmod(ev.gpus_total, len(ev.nodes))
+    split = [(n.node, each + (i < extra)) for i, n in enumerate(ev.nodes)]
+    return [(node, min(gpus, MAX_GPUS_PER_NODE)) for node, gpus in split if gpus]
 
 
 def slurm_labels(ev: SlurmJobEvent) -> dict[str, str]:

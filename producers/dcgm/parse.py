@@ -16,6 +16,7 @@ Parsing is prometheus_client's own parser; this module only maps DCGM fields and
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -71,7 +72,7 @@ class _Gpu:
     values: dict[str, float] = field(default_factory=dict)
 
 
-def _label(labels: dict[str, str], *names: str) -> str | None:
+def _label(labels: Mapping[str, str], *names: str) -> str | None:
     for name in names:
         value = labels.get(name)
         if value:
@@ -93,36 +94,68 @@ def parse_scrape(
     # Only the series used here go through the parser (a full scrape has 3-5x more): the
     # parse is most of a round's CPU time with 100 endpoints.
     wanted = "".join(line for line in text.splitlines(keepends=True) if line.startswith(_WANTED))
-    gpus: dict[tuple[str, str, int | None], _Gpu] = {}
     try:
-        for family in text_string_to_metric_families(wanted):
-            for s in family.samples:
-                # the parser renames counter samples to OpenMetrics' '<name>_total'
-                ours = FIELDS.get(s.name) or FIELDS.get(s.name.removesuffix("_total"))
-                if ours is None or math.isnan(s.value):
-                    continue
-                labels = s.labels
-                uuid = _label(labels, "UUID", "uuid")
-                if uuid is None:
-                    continue  # not a per-GPU series
-                gi_text = labels.get("GPU_I_ID") or None
-                gi = int(gi_text) if gi_text is not None else None
-                node = _label(labels, "Hostname", "hostname") or default_node
-                key = (node, uuid, gi)
-                gpu = gpus.get(key)
-                if gpu is None:
-                    gpu = gpus[key] = _Gpu(node, uuid, int(labels.get("gpu", 0)), gi, labels)
-                gpu.values.setdefault(ours, s.value)  # several hpc_job series: the first
+        series = [
+            (s.name, s.labels, s.value)
+            for family in text_string_to_metric_families(wanted)
+            for s in family.samples
+        ]
     except ValueError as exc:  # prometheus_client's way of saying "not the text format"
         raise ScrapeError(DeadLetterKind.MALFORMED, f"not Prometheus text format: {exc}") from None
-    if not gpus:
+    try:
+        return node_samples(
+            series, cluster=cluster, default_node=default_node, time=time, interval_s=interval_s
+        )
+    except ScrapeError as exc:
+        if exc.kind is not DeadLetterKind.REJECTED:  # REJECTED: no GPU series at all
+            raise
         try:  # nothing of ours: is the rest valid text format at all? (rare: parse it all)
             for _ in text_string_to_metric_families(text):
                 pass
-        except ValueError as exc:
+        except ValueError as bad:
             raise ScrapeError(
-                DeadLetterKind.MALFORMED, f"not Prometheus text format: {exc}"
+                DeadLetterKind.MALFORMED, f"not Prometheus text format: {bad}"
             ) from None
+        raise
+
+
+def node_samples(
+    series: Iterable[tuple[str, Mapping[str, str], float]],
+    *,
+    cluster: str,
+    default_node: str,
+    time: datetime,
+    interval_s: float | None,
+) -> list[NodeSample]:
+    """(metric name, labels, value) of DCGM series at one instant -> one node sample per node.
+
+    Shared by the live scraper (a scrape's samples) and the Prometheus backfill (the values
+    Prometheus kept of the same series), so both name GPUs, MIG instances, nodes, activity and
+    attribution alike. Raises ScrapeError."""
+    gpus: dict[tuple[str, str, int | None], _Gpu] = {}
+    for name, labels, value in series:
+        # the parser renames counter samples to OpenMetrics' '<name>_total'
+        ours = FIELDS.get(name) or FIELDS.get(name.removesuffix("_total"))
+        if ours is None or math.isnan(value):
+            continue
+        uuid = _label(labels, "UUID", "uuid")
+        if uuid is None:
+            continue  # not a per-GPU series
+        gi_text = labels.get("GPU_I_ID") or None
+        try:
+            gi = int(gi_text) if gi_text is not None else None
+            index = int(labels.get("gpu", 0))
+        except ValueError:
+            raise ScrapeError(
+                DeadLetterKind.SCHEMA, f"GPU {uuid}: gpu / GPU_I_ID labels are not numbers"
+            ) from None
+        node = _label(labels, "Hostname", "hostname") or default_node
+        key = (node, uuid, gi)
+        gpu = gpus.get(key)
+        if gpu is None:
+            gpu = gpus[key] = _Gpu(node, uuid, index, gi, dict(labels))
+        gpu.values.setdefault(ours, value)  # several hpc_job series: the first
+    if not gpus:
         raise ScrapeError(
             DeadLetterKind.REJECTED, "no DCGM GPU series in the scrape (is it dcgm-exporter?)"
         )

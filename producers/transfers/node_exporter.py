@@ -30,62 +30,26 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import logging
 import math
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-import aiohttp
-
 from gpugap.settings import Settings
+from gpugap.timearg import parse_time
 from producers.base import Producer
+from producers.prometheus.http import PrometheusError, PrometheusHttp
 from schemas import Topic
-from schemas.errors import ConfigError, FatalError, RetriableError
+from schemas.errors import ConfigError
 from schemas.models import MAX_TRANSFER_BYTES, MAX_TRANSFER_INTERVAL_S, Transfer
 from schemas.topics import TRANSFERS
 
 from .prometheus_settings import Link, TransfersPrometheusSettings
 
-log = logging.getLogger(__name__)
-
 SOURCE = "node_exporter"
 TRANSMIT = "node_network_transmit_bytes_total"
 RECEIVE = "node_network_receive_bytes_total"
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)$")
-_UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-class PrometheusError(FatalError):
-    """Prometheus refused a query, or its answer is not one this producer can use."""
-
-
-class _Transient(RetriableError):
-    pass
-
-
-def parse_time(text: str, now: datetime, flag: str) -> datetime:
-    """ISO-8601 (no offset = UTC), epoch seconds, ``now`` or relative (``-24h``, ``-7d``)."""
-    value = text.strip()
-    if value.lower() == "now":
-        return now
-    m = _RELATIVE.match(value.lower())
-    if m:
-        return now - timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
-    try:
-        return datetime.fromtimestamp(float(value), UTC)
-    except ValueError:
-        pass
-    try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        raise ConfigError(
-            f"transfers-prometheus: {flag} {text!r} is not a time (ISO-8601 or -24h)"
-        ) from None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def grid(since: datetime, until: datetime, step_s: int) -> tuple[int, int]:
@@ -165,8 +129,9 @@ class TransfersPrometheus(Producer):
         if not cfg.since:
             raise ConfigError("transfers-prometheus: no --since (ISO-8601 or relative: -24h)")
         now = now or datetime.now(UTC)
-        self.since = parse_time(cfg.since, now, "--since")
-        self.until = parse_time(cfg.until, now, "--until") if cfg.until else now
+        who = "transfers-prometheus"
+        self.since = parse_time(cfg.since, now, "--since", who)
+        self.until = parse_time(cfg.until, now, "--until", who) if cfg.until else now
         if self.since >= self.until:
             raise ConfigError(
                 f"transfers-prometheus: --since {self.since:%Y-%m-%dT%H:%M:%SZ} is not before "
@@ -179,12 +144,15 @@ class TransfersPrometheus(Producer):
                 f"transfers-prometheus: {steps} steps of {cfg.step_s}s > max_points "
                 f"{cfg.max_points}: a shorter range or a longer step"
             )
-        self.url = cfg.url.rstrip("/")
-        self.api = self.url + "/api/v1"
+        self.http = PrometheusHttp(
+            cfg.url, who="transfers-prometheus", bearer_token=cfg.bearer_token,
+            timeout_s=cfg.timeout_s, retries=cfg.retries,
+            max_response_bytes=cfg.max_response_bytes,
+            too_big="a smaller points_per_query or narrower links",
+        )  # fmt: skip
+        self.url = self.http.url
         self.points = 0
-        self.queries = 0
         self.emitted = 0
-        self._session: aiohttp.ClientSession | None = None
 
     @classmethod
     def default_topic(cls) -> Topic[Any]:
@@ -256,7 +224,7 @@ class TransfersPrometheus(Producer):
         alone would lose what was counted between ``prev`` and the reset."""
         selector = "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items())) + "}"
         form = {"query": f"{selector}[{t - prev.t}s]", "time": str(t)}
-        doc = self._answer(await self._post(form, "query"), form["query"])
+        doc = await self.http.query(form)
         result = doc.get("result") or []
         if doc.get("resultType") != "matrix" or len(result) != 1:
             return value  # no raw samples to be had: the step's end value, counted from 0
@@ -268,23 +236,12 @@ class TransfersPrometheus(Producer):
                 before = sample
         return total
 
-    def _answer(self, body: bytes, query: str) -> dict[str, Any]:
-        try:
-            doc = json.loads(body)
-        except ValueError as exc:
-            raise PrometheusError(f"transfers-prometheus: {self.url}: not JSON ({exc})") from None
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            what = doc.get("error") if isinstance(doc, dict) else None
-            raise PrometheusError(f"transfers-prometheus: {query}: {what or 'no success'}")
-        data = doc.get("data")
-        return data if isinstance(data, dict) else {}
-
     async def query_range(
         self, query: str, start: int, end: int
     ) -> list[tuple[dict[str, str], list[tuple[int, float]]]]:
         """One ``query_range`` (a matrix): [(labels, [(epoch s, value)...])...]."""
         form = {"query": query, "start": str(start), "end": str(end), "step": str(self.cfg.step_s)}
-        data = self._answer(await self._post(form, "query_range"), query)
+        data = await self.http.query(form, "query_range")
         if data.get("resultType") != "matrix":
             raise PrometheusError(f"transfers-prometheus: {query}: not a matrix answer")
         result = data.get("result") or []
@@ -311,63 +268,9 @@ class TransfersPrometheus(Producer):
             out.append((labels, values))
         return out
 
-    async def _post(self, form: dict[str, str], api: str) -> bytes:
-        session = self._open()
-        delay = 1.0
-        for attempt in range(self.cfg.retries + 1):
-            try:
-                return await self._fetch(session, f"{self.api}/{api}", form)
-            except (aiohttp.ClientError, TimeoutError, _Transient) as exc:
-                if attempt == self.cfg.retries:
-                    raise PrometheusError(
-                        f"transfers-prometheus: {self.url}: {str(exc) or type(exc).__name__} "
-                        f"({attempt + 1} tries)"
-                    ) from None
-                log.warning("transfers-prometheus: %s: %s; again in %.0fs", self.url, exc, delay)
-                await asyncio.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
-
-    async def _fetch(self, session: aiohttp.ClientSession, url: str, form: dict[str, str]) -> bytes:
-        limit = self.cfg.max_response_bytes
-        self.queries += 1
-        async with session.post(url, data=form) as resp:
-            if resp.status >= 500 or resp.status == 429:  # 503: not ready (yet)
-                raise _Transient(f"HTTP {resp.status}")
-            if resp.content_length is not None and resp.content_length > limit:
-                raise PrometheusError(
-                    f"transfers-prometheus: an answer of {resp.content_length} bytes > "
-                    f"max_response_bytes {limit}: a smaller points_per_query or narrower links"
-                )
-            chunks_, size = [], 0
-            async for chunk in resp.content.iter_chunked(1 << 16):
-                size += len(chunk)
-                if size > limit:
-                    raise PrometheusError(
-                        f"transfers-prometheus: an answer larger than max_response_bytes {limit}"
-                        ": a smaller points_per_query or narrower links"
-                    )
-                chunks_.append(chunk)
-            body = b"".join(chunks_)
-            if resp.status in (401, 403):
-                raise PrometheusError(
-                    f"transfers-prometheus: {self.url}: HTTP {resp.status} (the bearer token?)"
-                )
-            if resp.status != 200 and not body.lstrip().startswith(b"{"):
-                raise PrometheusError(f"transfers-prometheus: {self.url}: HTTP {resp.status}")
-            return body
-
-    def _open(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            headers = {"Accept": "application/json"}
-            if self.cfg.bearer_token is not None:
-                headers["Authorization"] = f"Bearer {self.cfg.bearer_token.get_secret_value()}"
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s), headers=headers
-            )
-        return self._session
+    @property
+    def queries(self) -> int:
+        return self.http.queries
 
     async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        await self.http.close()

@@ -1,5 +1,6 @@
-"""Times on the command line: ISO-8601 (``2026-11-01``, ``2026-11-01T10:00Z``, with an
-offset) or relative to now (``-24h``, ``-7d``, ``-90m``, ``-2w``, ``now``)."""
+"""Times on the command line, for every command that takes one (the report, the web page,
+backfill, transfers-prometheus): ISO-8601 (``2026-11-01``, ``2026-11-01T10:00Z``, with an
+offset), epoch seconds, or relative to now (``-24h``, ``-7d``, ``-90m``, ``-2w``, ``now``)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,29 @@ from datetime import UTC, datetime, timedelta
 from schemas.errors import ConfigError
 
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)$")
+_EPOCH = re.compile(r"^\d{9,11}(\.\d+)?$")  # epoch seconds (1973 to 5138), not a year
 _UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-HELP = "ISO-8601 (2026-11-01, 2026-11-01T10:00Z; no offset means UTC) or relative (-24h, -7d)"
+HELP = (
+    "ISO-8601 (2026-11-01, 2026-11-01T10:00Z; no offset means UTC), epoch seconds or relative "
+    "(-24h, -7d)"
+)
 
 
-def parse_time(text: str, now: datetime, flag: str = "time") -> datetime:
-    """``text`` as an aware UTC datetime, or a ConfigError naming ``flag``."""
+def parse_time(text: str, now: datetime, flag: str = "time", who: str = "") -> datetime:
+    """``text`` as an aware UTC datetime, or a ConfigError naming ``who`` and ``flag``."""
     value = text.strip()
     if value.lower() == "now":
         return now
     m = _RELATIVE.match(value.lower())
     if m:
         return now - timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
+    if _EPOCH.match(value):
+        return datetime.fromtimestamp(float(value), UTC)
     try:
         t = datetime.fromisoformat(value)
     except ValueError:
-        raise ConfigError(f"{flag}: cannot read {text!r} as a time: use {HELP}") from None
+        said = f"{who}: " if who else ""
+        raise ConfigError(f"{said}{flag} {text!r} is not a time: use {HELP}") from None
     # a time without an offset is UTC: every time gpugap stores or prints is
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 

@@ -1,0 +1,76 @@
+"""``GPUGAP_BACKFILL_*``: where history is read from and how hard it may be pulled.
+
+One class for every source of ``gpugap backfill``: the Prometheus connection and its bounds
+(telemetry and kube-state-metrics), sacct's (Slurm), and the run's chunking, parallelism and
+checkpoints. Flags of ``gpugap backfill SOURCE`` override the same fields.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings
+
+from gpugap.settings import env_config, read_secret
+
+#: Prometheus refuses a query_range answer of more points than this per series
+PROMETHEUS_POINTS_LIMIT = 11_000
+
+
+class BackfillSettings(BaseSettings):
+    """``gpugap backfill slurm|prometheus|kubernetes``."""
+
+    model_config = env_config("GPUGAP_BACKFILL_")
+
+    cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
+    # --- the run -------------------------------------------------------------------------
+    chunk_s: int = Field(
+        default=3600, ge=60, le=7 * 86400, description="seconds of history per query (a chunk)"
+    )
+    concurrency: int = Field(default=4, ge=1, le=64, description="chunks fetched at once")
+    checkpoint_dir: Path = Field(
+        default=Path("~/.local/state/gpugap/backfill").expanduser(),
+        description="one checkpoint file per source and range: a re-run resumes",
+    )
+    # --- Prometheus (telemetry, kube-state-metrics) -----------------------------------------
+    prometheus_url: str | None = Field(default=None, description="e.g. http://prometheus:9090")
+    bearer_token: SecretStr | None = Field(default=None, description="Authorization: Bearer")
+    bearer_token_file: Path | None = None
+    matchers: str = Field(
+        default="",
+        max_length=2048,
+        description='PromQL label matchers added to every series selector: job="dcgm",...',
+    )
+    scrape_interval_s: float = Field(
+        default=30.0, ge=1.0, le=3600.0, description="the exporters' scrape interval"
+    )
+    points_per_series: int = Field(
+        default=10_000,
+        ge=2,
+        le=PROMETHEUS_POINTS_LIMIT,
+        description="most points of one series in one answer (Prometheus: 11,000)",
+    )
+    timeout_s: float = Field(default=120.0, gt=0, description="per Prometheus request")
+    retries: int = Field(default=3, ge=0, le=10, description="a failed request, again")
+    max_response_bytes: int = Field(
+        default=256 << 20, gt=0, description="larger is refused (x concurrency in memory)"
+    )
+    max_series: int = Field(default=100_000, ge=1, description="per answer; more is an error")
+    # --- Slurm ---------------------------------------------------------------------------
+    sacct: str = Field(default="sacct", description="the sacct command")
+    sacct_timeout_s: float = Field(default=300.0, gt=0, description="per sacct call")
+
+    @model_validator(mode="after")
+    def _checks(self) -> Self:
+        token = read_secret(self.bearer_token, self.bearer_token_file, "the Prometheus token")
+        object.__setattr__(self, "bearer_token", token)
+        points = self.chunk_s / self.scrape_interval_s
+        if points > self.points_per_series:
+            raise ValueError(
+                f"chunk_s {self.chunk_s} holds {points:,.0f} points of a series scraped every "
+                f"{self.scrape_interval_s:g}s, more than points_per_series "
+                f"{self.points_per_series}: a shorter chunk"
+            )
+        return self
