@@ -10,7 +10,8 @@ quantile (running out of memory kills the job). Both come from the hourly rollup
 010). Saved: the rest of each GPU, (1 - k/7) x its GPU-hours, free for other slices.
 
 The GPU model: the GPU-minute tables carry none, so it comes from the cluster's rate card
-(its default model, docs/cost.md), else DEFAULT_GPU_MODEL, said in the rationale.
+(its default model, docs/cost.md), else DEFAULT_GPU_MODEL, said in the rationale. A card
+that names a GPU without MIG profiles here (an L40S, an A10) gets no recommendation.
 """
 
 # ruff: noqa: S608  (evidence queries: literals quoted by sql_literal, for people to run)
@@ -110,6 +111,8 @@ def gpu_share(u: GpuUse, w: Window, now: datetime) -> Recommendation | None:
     if u.memory_minutes < MEMORY_KNOWN * u.measured_minutes or u.peak_memory_mib <= 0:
         return None
     model = model_key(u.gpu_model)
+    if model is None and u.gpu_model:
+        return None  # the card names a GPU without MIG (an L40S): no slice to move to
     assumed = model is None
     model = model or DEFAULT_GPU_MODEL
     fit = fitting(u.peak_activity, u.peak_memory_mib, model)

@@ -104,3 +104,26 @@ def test_what_a_person_runs_quotes_every_value_from_a_record() -> None:
     assert echoed.stdout == evil
     yaml = keda_cron("ns", evil, "Deployment", (1, 2) * 12)
     assert "\nEOF\n" not in yaml and json.dumps(evil) in yaml
+
+
+def test_no_mig_slice_for_a_gpu_the_card_names_without_mig() -> None:
+    from gpugap.recommend.base import k8s_target
+    from gpugap.recommend.fit import GpuUse, gpu_share
+    from schemas.types import WorkloadClass
+
+    now = datetime(2026, 11, 9, tzinfo=UTC)
+    w = base.Window(now - timedelta(days=7), now, 7.0)
+
+    def use(model: str | None) -> GpuUse:
+        return GpuUse(
+            target=k8s_target("k8s", "serving", "Deployment", "tok", "tok-0"),
+            workload_class=WorkloadClass.SERVICE, gpus=1, allocations=1, gpu_hours=168.0,
+            measured_minutes=7 * 1440, memory_minutes=7 * 1440, allocation_peaks=(0.08,),
+            peak_memory_mib=6000.0, gpu_model=model,
+        )  # fmt: skip
+
+    assert gpu_share(use("NVIDIA L40S"), w, now) is None
+    assumed = gpu_share(use(None), w, now)
+    assert assumed is not None and "assumed" in assumed.rationale
+    h200 = gpu_share(use("NVIDIA H200 141GB"), w, now)
+    assert h200 is not None and h200.change.to_value == "1 x 1g.18gb"
