@@ -125,7 +125,9 @@ def sh(value: object) -> str:
     body = "".join(
         {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t"}.get(c, c)
         if c.isprintable() or c in "\n\t"
-        else f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}"
+        else f"\\x{ord(c):02x}"
+        if ord(c) < 0x80
+        else f"\\u{ord(c):04x}"
         for c in text
     )
     return f"$'{body}'"

@@ -30,10 +30,13 @@ SELECT
     (SELECT max(end_time) FROM allocations) AS job_end,
     (SELECT max(time) FROM alerts) AS alert
 """
+# the first data in the window: a measured GPU-hour (an allocation bound before telemetry
+# began holds unmeasured hours, which are no history of use), a job's end, an alert
 FIRST = f"""
 SELECT
-    (SELECT min(hour) FROM gpu_hours WHERE hour >= toStartOfHour({_W})) AS hour,
-    (SELECT min(start_time) FROM allocations WHERE end_time >= {_W}) AS job_start,
+    (SELECT min(hour) FROM gpu_hours WHERE hour >= toStartOfHour({_W})
+        AND (allocated_s > unmeasured_s OR unallocated_s > 0)) AS hour,
+    (SELECT min(end_time) FROM allocations WHERE end_time >= {_W}) AS job_end,
     (SELECT min(time) FROM alerts WHERE time >= {_W}) AS alert
 """
 
@@ -57,12 +60,13 @@ WORKLOAD_KEY = """if(m.owner_name != '', tuple(splitByChar('/', m.name)[1],
         if(m.owner_kind = 'ReplicaSet', replaceRegexpOne(m.owner_name, '-[^-]+$', ''),
             m.owner_name)), tuple(m.name, ''))"""
 
-# per allocation and GPU from the hourly rollup; an allocation with N GPUs is a family
-# member asking for N; families where every allocation kept every GPU busy drop out here
+# per allocation and GPU from the hourly rollup, measured time only (a GPU or an hour
+# without telemetry says nothing of use); an allocation with N GPUs is a family member
+# asking for N; families where every allocation kept every GPU busy drop out here
 GPU_FAMILIES = f"""
 WITH per_gpu AS (
     SELECT cluster, allocation_id, gpu_uuid, any(scheduler) AS scheduler,
-        any(workload_class) AS cls, sum(allocated_s) AS alloc_s,
+        any(workload_class) AS cls,
         sum(allocated_s - unmeasured_s) AS measured_s, sum(idle_minutes) AS idle_min,
         sum(consumed_gpu_s) AS consumed_s
     FROM gpu_hours FINAL
@@ -71,9 +75,9 @@ WITH per_gpu AS (
 ),
 per_alloc AS (
     SELECT cluster, allocation_id, any(scheduler) AS sched, any(cls) AS wclass,
-        count() AS gpus,
+        countIf(measured_s > 0) AS gpus,
         countIf(measured_s > 0 AND idle_min * 60 < {{idle_life:Float64}} * measured_s) AS busy,
-        max(alloc_s) / 3600 AS hours, sum(alloc_s) / 3600 AS gpu_h,
+        max(measured_s) / 3600 AS hours, sum(measured_s) / 3600 AS gpu_h,
         sum(consumed_s) / 3600 AS consumed_h
     FROM per_gpu
     GROUP BY cluster, allocation_id

@@ -2,6 +2,7 @@
 placement.py), whole-GPU workloads' peaks (fit.py), and the boundary transfers beside a
 placement. Read-only, bounded by the window, values bound as server-side parameters.
 
+Measured time only: an hour (or a stand-in GPU) without telemetry says nothing of use.
 At 100M GPU-minute rows: the hourly rollup only (the service class's hours; every whole
 GPU's hourly peaks of activity and memory, migration 010).
 """
@@ -32,12 +33,15 @@ _META_COLUMNS = ("owner", "team", "name", "partition", "owner_kind", "owner_name
 
 SERVICE_HOURS = f"""
 WITH per_alloc AS (
-    SELECT cluster, allocation_id, hour, any(scheduler) AS sched, uniqExact(gpu_uuid) AS gpus,
-        sum(allocated_s) / 3600 AS alloc_h, sum(consumed_gpu_s) / 3600 AS consumed_h
+    SELECT cluster, allocation_id, hour, any(scheduler) AS sched,
+        uniqExactIf(gpu_uuid, allocated_s > unmeasured_s) AS gpus,
+        sum(allocated_s - unmeasured_s) / 3600 AS alloc_h,
+        sum(consumed_gpu_s) / 3600 AS consumed_h
     FROM gpu_hours FINAL
     WHERE hour >= toStartOfHour({_W}) AND hour < {_U} AND allocation_id != ''
         AND workload_class = 'service'
     GROUP BY cluster, allocation_id, hour
+    HAVING alloc_h > 0
 ),
 meta AS ({_META})
 SELECT a.cluster, a.allocation_id, a.sched, a.hour, a.gpus, a.alloc_h, a.consumed_h,
@@ -50,7 +54,8 @@ ORDER BY a.cluster, a.allocation_id, a.hour
 FIT_USE = f"""
 WITH per_alloc AS (
     SELECT cluster, allocation_id, any(scheduler) AS sched, any(workload_class) AS cls,
-        uniqExact(gpu_uuid) AS gpus, sum(allocated_s) / 3600 AS gpu_h,
+        uniqExactIf(gpu_uuid, allocated_s > unmeasured_s) AS gpus,
+        sum(allocated_s - unmeasured_s) / 3600 AS gpu_h,
         toUInt64(sum(allocated_s - unmeasured_s) / 60) AS measured,
         sum(memory_minutes) AS with_memory,
         quantileExactIf({{q:Float64}})(activity_max, allocated_s > unmeasured_s) AS peak,

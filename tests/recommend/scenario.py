@@ -42,6 +42,7 @@ GANG_PODS, GANG_GPUS_PER_POD, GANG_WAIT_H = 4, 2, 0.75
 # (e) a Deployment of 3 one-GPU pods sized for its peak (08-16 UTC, 70 % busy), 3x its
 # trough the rest of the day; its control: 2 pods a steady 60 % busy
 RANKER_PODS, PEAK_HOURS, PEAK_ACTIVITY = 3, range(8, 16), 0.7
+UNMEASURED_DAYS = 2  # the ranker's pods ran this long before telemetry began
 # (f) a one-GPU service 8 % busy in 6,000 MiB: a 1g.10gb MIG slice holds it (the control:
 # the embedder above, 60 % busy)
 TOKENIZER_ACTIVITY, TOKENIZER_MIB = 0.08, 6000.0
@@ -126,6 +127,15 @@ def minute(cluster: str, node: str, gpu: int, t: datetime, alloc: str, scheduler
         activity_metric="sm_active", sample_count=6, no_samples=False, allocation_id=alloc,
         scheduler=scheduler, workload_class=cls, owner=owner, team="t",
         memory_used_mib_avg=memory,
+    )  # fmt: skip
+
+
+def unmeasured(cluster: str, node: str, t: datetime, alloc: str) -> GpuMinute:
+    """An allocated minute without telemetry, on the stand-in GPU the stream gives it."""
+    return GpuMinute(
+        cluster=cluster, node=node, gpu_uuid=gpu_uuid(node, 7), minute=t, allocated_s=60.0,
+        consumed_gpu_s=0.0, sample_count=0, no_samples=True, allocation_id=alloc,
+        scheduler="kubernetes", workload_class="service", owner="serving", team="t",
     )  # fmt: skip
 
 
@@ -228,8 +238,13 @@ def services(days: int) -> list[Record]:
               TOKENIZER_MIB)]  # fmt: skip
     for uid, node, rs, activity, memory in pods:
         name = f"{rs}-{uid[-1]}x"
-        for kind, t in (("bound", T0), ("terminated", end)):
+        # the ranker's pods were bound before telemetry began: unmeasured minutes on a
+        # stand-in GPU, which are no history of use (nothing may count them)
+        bound = T0 - timedelta(days=UNMEASURED_DAYS) if rs.startswith("ranker") else T0
+        for kind, t in (("bound", bound), ("terminated", end)):
             out.append(pod(uid, "serving", name, node, 1, kind, t, ("ReplicaSet", rs), "service"))
+        for m in range(int((T0 - bound).total_seconds() // 60)):
+            out.append(unmeasured("k8s", node, bound + timedelta(minutes=m), f"k8s/k8s/{uid}"))
         for m in range(days * 1440):
             t = T0 + timedelta(minutes=m)
             out.append(minute("k8s", node, 0, t, f"k8s/k8s/{uid}", "kubernetes", "service",
