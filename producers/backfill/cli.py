@@ -21,7 +21,6 @@ from gpugap.timearg import HELP, parse_time
 from schemas.errors import ConfigError
 
 Cmd = Callable[..., argparse.ArgumentParser]
-TIME_HELP = HELP
 
 
 def register(sub: Any, cmd: Cmd) -> None:
@@ -44,7 +43,7 @@ def register(sub: Any, cmd: Cmd) -> None:
         # "--since -30d" reads as a value (argparse otherwise only lets plain negative numbers
         # through), as gpugap report does
         sp._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?\s*(s|m|min|h|d|w)?$")
-        sp.add_argument("--since", required=True, metavar="TIME", help=f"start: {TIME_HELP}")
+        sp.add_argument("--since", required=True, metavar="TIME", help=f"start: {HELP}")
         sp.add_argument("--until", default="now", metavar="TIME", help="end (default now)")
         sp.add_argument("--out", metavar="FILE", help="write JSON lines to FILE ('-' = stdout)")
         sp.add_argument(
