@@ -87,6 +87,12 @@ def _worker(args: argparse.Namespace) -> int:
     )
 
 
+def _scale(args: argparse.Namespace) -> int:
+    from benchmarks.worker_scale import main
+
+    return main(args.samples, min(args.repeats, 3))
+
+
 def _alerts(args: argparse.Namespace) -> int:
     """Idle alert latency to Alertmanager's API beside alerts.v1's, in the same run."""
     from benchmarks.worker_latency import bench_latency
@@ -108,6 +114,7 @@ SUBJECTS: dict[str, Callable[[argparse.Namespace], int]] = {
     "nvml": _nvml,
     "dcgm": _dcgm,
     "worker": _worker,
+    "scale": _scale,
     "alerts": _alerts,
 }
 

@@ -40,7 +40,12 @@ class NullPublisher(Publisher):
         self.sent += 1
 
     async def send_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+        partition: int | None = None,
     ) -> None:
         self.sent += 1
 

@@ -11,8 +11,8 @@ from gpugap.settings import KafkaSettings
 from schemas import TOPICS
 
 
-async def create_topics(kafka: KafkaSettings, names: Sequence[str]) -> None:
-    """One partition each, kept forever (records carry their event time as timestamp)."""
+async def create_topics(kafka: KafkaSettings, names: Sequence[str], partitions: int = 1) -> None:
+    """``partitions`` each, kept forever (records carry their event time as timestamp)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     admin = AIOKafkaAdminClient(**kafka.client_options())
@@ -20,7 +20,9 @@ async def create_topics(kafka: KafkaSettings, names: Sequence[str]) -> None:
     try:
         await admin.create_topics(
             [
-                NewTopic(kafka.topic_prefix + n, 1, 1, topic_configs={"retention.ms": "-1"})
+                NewTopic(
+                    kafka.topic_prefix + n, partitions, 1, topic_configs={"retention.ms": "-1"}
+                )
                 for n in names
             ]
         )
@@ -28,8 +30,8 @@ async def create_topics(kafka: KafkaSettings, names: Sequence[str]) -> None:
         await admin.close()
 
 
-async def preload(kafka: KafkaSettings, messages: Sequence[Msg]) -> None:
-    await create_topics(kafka, list(TOPICS))
+async def preload(kafka: KafkaSettings, messages: Sequence[Msg], partitions: int = 1) -> None:
+    await create_topics(kafka, list(TOPICS), partitions)
     async with KafkaPublisher(kafka) as pub:
         for topic, key, value, ts in messages:
             await pub.send_raw(kafka.topic_prefix + topic, key, value, ts)

@@ -45,7 +45,12 @@ class Capture(Publisher):
         self.messages.append((topic.name, key, value, timestamp_ms))
 
     async def send_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+        partition: int | None = None,
     ) -> None:
         self.messages.append((topic, key, value or b"", timestamp_ms))
 

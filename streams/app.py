@@ -12,6 +12,7 @@ How records are checked, checkpointed and handed over in rebalances: ``streams.f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import tempfile
 from typing import Any
@@ -19,7 +20,9 @@ from typing import Any
 import faust
 
 from gpugap.settings import KafkaSettings, Settings
-from streams.faust_runner import AppOptions, Runner
+from schemas.errors import FatalError
+from streams.faust_runner import AppOptions, Runner, episodes_topic
+from streams.join import INPUTS
 
 __all__ = ["AppOptions", "Runner", "create_app", "run"]
 
@@ -41,6 +44,9 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         datadir=os.path.join(_scratch(), "{conf.name}"),
         autodiscover=False,
         topic_partitions=1,
+        # restores read the changelog itself (Runner._ready): a standby copy in memory would
+        # only make every worker read every other worker's shards
+        table_standby_replicas=0,
         topic_allow_declare=True,
         broker_max_poll_records=opts.max_records,
         broker_commit_interval=opts.commit_interval_s,
@@ -64,12 +70,15 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
     runner.table = app.Table(
         STATE_TABLE,
         default=None,
-        partitions=1,
+        partitions=opts.partitions,  # one changelog partition per shard
         key_type=bytes,  # bytes -> the "raw" codec, on writes and on recovery alike
         value_type=bytes,
         use_partitioner=True,
-        help="the core's state: one record per node plus 'meta' (gangs, alerts, offsets)",
+        help="the core's state, per shard: one record per node plus its meta record",
     )
+    # the samples and the mergers' input, co-partitioned with the table's changelog (Faust
+    # assigns the partitions of one number together); the scheduler topics are read whole
+    # by every worker (``Runner._pull_globals``)
     topic = app.topic(
         *sorted(runner.inputs), key_type=bytes, value_type=bytes, value_serializer="raw"
     )
@@ -87,11 +96,7 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
-        lag = {
-            f"{tp.topic}:{tp.partition}": max(0, (app.consumer.highwater(tp) or 0) - n)
-            for tp, n in runner.next.items()
-        }
-        text = runner.join.stats.prometheus(runner.join.dl.counts, lag)
+        text = runner.join.stats.prometheus(runner.join.dl.counts, runner.lag())
         return web.text(text, content_type="text/plain")
 
     @app.page("/healthz")
@@ -106,8 +111,9 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _close(app: faust.App, **kwargs: Any) -> None:
         await runner.pub.close()
-        if runner._filler is not None:
-            await runner._filler.stop()
+        for consumer in (runner._filler, runner._side):
+            if consumer is not None:
+                await consumer.stop()
 
     return app, runner
 
@@ -138,8 +144,8 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 def run(settings: Settings, opts: AppOptions, loglevel: str = "WARNING") -> Runner:
     """Run the app in this process until SIGTERM/SIGINT or the idle timeout."""
+    opts = dataclasses.replace(opts, partitions=_prepare(settings.kafka, opts.group))
     app, runner = create_app(settings, opts)
-    _prepare(settings.kafka, runner.inputs, app.conf.id)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
@@ -149,17 +155,39 @@ def run(settings: Settings, opts: AppOptions, loglevel: str = "WARNING") -> Runn
     return runner
 
 
-def _prepare(kafka: KafkaSettings, inputs: set[str], group: str) -> None:
-    """The inputs exist and the group can be joined before Faust subscribes (else aiokafka
-    logs ERRORs on a fresh broker); on a loop of its own: Faust's worker runs on the thread's
+def _prepare(kafka: KafkaSettings, group: str) -> int:
+    """The inputs exist, the mergers' topic is partitioned like the samples, and the group
+    can be joined before Faust subscribes (else aiokafka logs ERRORs on a fresh broker);
+    returns the number of shards. On a loop of its own: Faust's worker runs on the thread's
     default loop, which this must neither close nor replace."""
-    from gpugap.kafka.admin import prepare
-
     loop = asyncio.new_event_loop()
     try:
-        loop.run_until_complete(prepare(kafka, sorted(inputs), group))
+        return loop.run_until_complete(_shards(kafka, group))
     finally:
         loop.close()
+
+
+async def _shards(kafka: KafkaSettings, group: str) -> int:
+    from gpugap.kafka.admin import ensure_topics, partition_counts, prepare
+
+    app_id = f"{kafka.topic_prefix}{group}"
+    inputs = [t.qualified(kafka.topic_prefix) for t in INPUTS]
+    await prepare(kafka, inputs, app_id)
+    counts = await partition_counts(kafka, [inputs[0]])
+    shards = counts[inputs[0]]
+    episodes = episodes_topic(kafka, group)
+    await ensure_topics(kafka, [episodes], partitions=shards)
+    changelog = f"{app_id}-{STATE_TABLE}-changelog"
+    found = await partition_counts(kafka, [episodes, changelog])
+    for name in (episodes, changelog):
+        if found.get(name, shards) != shards:
+            raise FatalError(
+                f"worker: {name} has {found[name]} partition(s), {inputs[0]} has {shards}: "
+                "the state is split like the samples, so their partitions must match. A "
+                "changed partition count moves keys between partitions: start a new group "
+                "(--group) and replay, or delete the group's topics"
+            )
+    return shards
 
 
 def __getattr__(name: str) -> Any:
@@ -168,6 +196,8 @@ def __getattr__(name: str) -> Any:
         from gpugap.settings import load
 
         global app
-        app, _ = create_app(load())
+        settings = load()
+        opts = AppOptions(partitions=_prepare(settings.kafka, AppOptions().group))
+        app, _ = create_app(settings, opts)
         return app
     raise AttributeError(name)

@@ -23,11 +23,14 @@ from typing import Any
 
 import faust
 
-from gpugap.kafka.consume import RawMessage
+from gpugap.kafka.admin import partition_counts
+from gpugap.kafka.consume import RawMessage, read_latest
 from gpugap.kafka.publish import KafkaPublisher
 from gpugap.settings import KafkaSettings
+from schemas.topics import SAMPLES
+from streams.checkpoint import Points, resume_offset, start_offset
 from streams.core import CoreConfig
-from streams.join import INPUTS, Join, already_taken, resume_offset
+from streams.join import GLOBAL_INPUTS, Join
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,13 @@ class AppOptions:
     #: of 60 s would stall a restarted worker that long)
     session_timeout_s: float = 10.0
     healthz_stale_s: float = 60.0
+    #: shards: the partitions of the samples topic (``run`` reads them from the broker)
+    partitions: int = 1
+
+
+def episodes_topic(kafka: KafkaSettings, group: str) -> str:
+    """Where a shard sends idle alerts and marks to the mergers of other workers' shards."""
+    return f"{kafka.topic_prefix}{group}-idle-episodes"
 
 
 class Runner:
@@ -58,12 +68,17 @@ class Runner:
         self.kafka = kafka
         self.opts = opts
         self.pub = KafkaPublisher(kafka)
-        self.join = Join(self.pub, kafka.topic_prefix, opts.config)
+        self.samples = SAMPLES.qualified(kafka.topic_prefix)
+        self.episodes = episodes_topic(kafka, opts.group)
+        self.join = self._new_join()
         self.join.stats.stale_after_s = opts.healthz_stale_s
-        self.inputs = {t.qualified(kafka.topic_prefix) for t in INPUTS}
+        #: what Faust delivers (partitioned over the group), and what every worker reads
+        self.inputs = {self.samples, self.episodes}
+        self.globals = {t.qualified(kafka.topic_prefix) for t in GLOBAL_INPUTS}
         self.table: Any = None
         self.lock = asyncio.Lock()
         self._filler: Any = None  # our own consumer for offsets Faust skipped
+        self._side: Any = None  # our own consumer of the scheduler topics (all partitions)
         self.last_input = time.monotonic()
         self.last_checkpoint = time.monotonic()
         self.stopping = False
@@ -74,21 +89,73 @@ class Runner:
         self.ready = False
         self.flushed = True
         self.start: dict[Any, int] = {}  # partition -> where reading started
-        self.skip: dict[str, Any] = {}  # "topic:partition" -> what the state already holds
         self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
         self.expect: dict[Any, int] = {}  # partition -> the offset Faust must deliver next
+
+    def _new_join(self) -> Join:
+        opts = self.opts
+        return Join(
+            self.pub,
+            self.kafka.topic_prefix,
+            opts.config,
+            partitions=opts.partitions,
+            episodes_topic=self.episodes,
+        )
 
     async def _ready(self) -> None:
         if self.ready:
             return
         await self.pub.start()
-        records = {k: v for k, v in self.table.items() if v is not None}
-        offsets = self.join.restore(records)
-        self.skip = offsets or {}
-        if offsets is not None:
-            log.info("restored %d node(s) at offsets %s", len(self.join.proc.cores), offsets)
+        shards = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.samples}
+        # read back from the changelog itself, not Faust's table: the table only sees what
+        # its recovery read, and a worker that keeps a shard through a rebalance is not
+        # recovered again, so its table lacks the state stored since (a test caught one
+        # going back from offset 450 to 200 and counting the records between twice)
+        topic = self.table.changelog_topic.get_topic_name()
+        records = await read_latest(self.kafka, topic, shards)
+        restored = self.join.restore(records, shards)
+        if restored:
+            log.info("restored shard(s) %s at offsets %s", sorted(restored), restored)
             self.flushed = False  # a restored state may hold minutes only a flush closes
+        await self._seek_globals(restored)
+        # an assignment is work: in a group that winds down with --idle-timeout, a worker
+        # idle since before it was handed another's shards must not exit before their
+        # mergers' input (marks still on the way) is read
+        self.last_input = time.monotonic()
         self.ready = True
+
+    async def _seek_globals(self, restored: dict[int, Points]) -> None:
+        """Every worker reads every scheduler partition: from the lowest point its shards'
+        states hold (a shard skips what its own state already has)."""
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.structs import TopicPartition
+
+        if self._side is None:
+            self._side = AIOKafkaConsumer(**self.kafka.client_options(), enable_auto_commit=False)
+            await self._side.start()
+        counts = await partition_counts(self.kafka, sorted(self.globals))
+        tps = [TopicPartition(t, p) for t, n in sorted(counts.items()) for p in range(n)]
+        self._side.assign(tps)
+        for tp in tps:
+            offset = start_offset(restored, f"{tp.topic}:{tp.partition}", self.join.shards)
+            if offset is None:
+                await self._side.seek_to_beginning(tp)
+                offset = (await self._side.beginning_offsets([tp]))[tp]
+            else:
+                self._side.seek(tp, offset)
+            self.start[tp] = offset
+
+    async def _pull_globals(self) -> bool:
+        """Scheduler events fetched so far (no waiting); whether there were any."""
+        if self._side is None or not self.join.shards:
+            return False
+        got = False
+        for tp, msgs in (await self._side.getmany(timeout_ms=0, max_records=5000)).items():
+            for m in msgs:
+                self.next[tp] = m.offset + 1
+                await self.join.ingest(tp, RawMessage.of(m))
+                got = True
+        return got
 
     def _recovered(self) -> bool:
         """The inputs are assigned and the table's changelog read (no rebalance going on).
@@ -116,7 +183,7 @@ class Runner:
         async with self.lock:
             await self._store()
             stats, dl = self.join.stats, self.join.dl
-            self.join = Join(self.pub, self.kafka.topic_prefix, self.opts.config)
+            self.join = self._new_join()
             self.join.stats, self.join.dl = stats, dl
             self._forget()
             log.info("input partitions revoked: state stored, will restore on assignment")
@@ -145,14 +212,15 @@ class Runner:
                     await self._fill(tp, want, m.offset)
                 self.expect[tp] = m.offset + 1
                 self.next[tp] = m.offset + 1
-                if already_taken(self.skip, m.topic, m.partition, m.offset):
-                    self.join.done.append(ev)  # already in the restored state
-                    continue
                 await self.join.ingest(tp, RawMessage.of(m), ev)
+            data = await self._pull_globals()
             self.join.stats.last_poll = time.monotonic()
-            self.last_input = time.monotonic()
-            self.flushed = False
-            await self.join.drain(self.join.frontier(await self._lagging()))
+            # the mergers' input is applied as it comes; only data makes a worker busy (the
+            # marks of idle workers would otherwise keep waking each other)
+            if data or any(ev.message.topic != self.episodes for ev in events):
+                self.last_input = time.monotonic()
+                self.flushed = False
+                await self.join.drain(self.join.frontier(await self._lagging()))
             if self._checkpoint_due():
                 await self.checkpoint()
 
@@ -186,15 +254,16 @@ class Runner:
                     at = r.offset + 1
                     if r.offset >= end:
                         break  # the log has no more below ``end`` (a compacted gap)
-                    if not already_taken(self.skip, r.topic, r.partition, r.offset):
-                        await self.join.ingest(tp, RawMessage.of(r))
+                    await self.join.ingest(tp, RawMessage.of(r))
         await self.app.consumer._add_gap(tp, start, end - 1)  # type: ignore[attr-defined]
 
     def _checkpoint_due(self) -> bool:
         since = time.monotonic() - self.last_checkpoint
         return self.join.checkpoint_due(since, self.opts.commit_interval_s)
 
-    async def _lagging(self) -> list[Any]:
+    async def _lagging(self, *, frontier: bool = True) -> list[Any]:
+        """Input partitions with records left to read. For the event-time ``frontier``
+        leave out the mergers' input: it is applied in offset order, not merged in time."""
         consumer = self.app.consumer
         tps = [tp for tp in consumer.assignment() if tp.topic in self.inputs]
         unknown = [tp for tp in tps if tp not in self.next and tp not in self.start]
@@ -202,22 +271,42 @@ class Runner:
             self.start.update(await self._start_offsets(unknown))
         lagging = []
         for tp in tps:
+            if frontier and tp.topic == self.episodes:
+                continue
             hw = consumer.highwater(tp)
             nxt = self.next.get(tp, self.start.get(tp, 0))
             if hw is None or nxt < hw:
                 lagging.append(tp)
+        for tp in self._side.assignment() if self._side is not None else ():
+            hw = self._side.highwater(tp)
+            if hw is None or self.next.get(tp, self.start.get(tp, 0)) < hw:
+                lagging.append(tp)
         return lagging
+
+    def lag(self) -> dict[str, int]:
+        """Per input partition read here: records the broker holds beyond those taken."""
+        out = {}
+        for tp, n in self.next.items():
+            side = tp.topic in self.globals and self._side is not None
+            hw = (self._side if side else self.app.consumer).highwater(tp)
+            out[f"{tp.topic}:{tp.partition}"] = max(0, (hw or 0) - n)
+        return out
 
     async def _caught_up(self) -> bool:
         """Every input partition is assigned and read to its end (not merely paused, as
         during a rebalance)."""
         assigned = [tp for tp in self.app.consumer.assignment() if tp.topic in self.inputs]
-        if not assigned or await self._lagging():
+        if not assigned or await self._lagging(frontier=False):
             return False
         # the fetcher's highwater is only as fresh as its last fetch (stale after a long
         # stall): ask the broker for the end offsets before closing every open minute
-        ends = await self.app.consumer.highwaters(*assigned)
-        return all(self.next.get(tp, self.start.get(tp, 0)) >= ends.get(tp, 0) for tp in assigned)
+        ends = dict(await self.app.consumer.highwaters(*assigned))
+        side = list(self._side.assignment()) if self._side is not None else []
+        if side:
+            ends.update(await self._side.end_offsets(side))
+        return all(
+            self.next.get(tp, self.start.get(tp, 0)) >= ends.get(tp, 0) for tp in assigned + side
+        )
 
     async def _positions(self, tps: list[Any]) -> dict[Any, int]:
         """Where Faust starts delivering partitions that have delivered nothing yet: the
@@ -244,18 +333,20 @@ class Runner:
     async def _start_offsets(self, tps: list[Any]) -> dict[Any, int]:
         """Where reading starts: Faust's position, or past it what the state already holds."""
         pos = await self._positions(tps)
-        return {
-            tp: max(p, resume_offset(self.skip.get(f"{tp.topic}:{tp.partition}", 0)))
-            for tp, p in pos.items()
-        }
+        skip = self.join.skip
+        out = {}
+        for tp, p in pos.items():
+            point = skip.get(tp.partition, {}).get(f"{tp.topic}:{tp.partition}", 0)
+            out[tp] = max(p, resume_offset(point))
+        return out
 
     async def checkpoint(self) -> None:
         """Outputs acknowledged, then the state that includes them, then the acks."""
-        offsets = await self._store()
+        points = await self._store()
         # ack strictly in offset order and only below each partition's resume point: Faust
         # commits the first run of consecutive acked offsets, wherever it starts (with no
         # commit yet), so one early ack (a dead letter) would commit past unread records
-        starts = {key: resume_offset(p) for key, p in offsets.items()}
+        starts = {key: resume_offset(p) for pts in points.values() for key, p in pts.items()}
         keep = []
         for ev in sorted(self.join.done, key=lambda e: (e.message.topic, e.message.offset)):
             m = ev.message
@@ -266,29 +357,21 @@ class Runner:
         self.join.done = keep
         self.last_checkpoint = time.monotonic()
 
-    async def _store(self) -> dict[str, Any]:
-        """Outputs acknowledged, then the state that includes them; returns its offsets."""
+    async def _store(self) -> dict[int, Points]:
+        """Outputs acknowledged, then the state that includes them; returns its points."""
         await self.pub.flush()
-        offsets = self._resume_points()
+        points = self.join.resume_points(self.next)
         # written to the table's changelog by our own producer and awaited: Faust's table
         # writes are queued in its producer buffer, and a SIGKILL showed Faust committing
         # offsets whose state had not reached the changelog. Faust still recovers the
-        # table from this topic on start (the restore reads it back from there).
+        # table from this topic on start (the restore reads it back from there); a shard's
+        # records go to the changelog partition of its number, which Faust assigns together
+        # with the samples and episodes partitions of that number.
         topic = self.table.changelog_topic.get_topic_name()
-        for key, value in self.join.snapshot(offsets):
-            await self.pub.send_raw(topic, key, value)
+        for shard, key, value in self.join.snapshot(points):
+            await self.pub.send_raw(topic, key, value, partition=shard)
         await self.pub.flush()
         self.join.snapshot_stored()
-        return offsets
-
-    def _resume_points(self) -> dict[str, Any]:
-        """This run's resume points, merged with the restored ones: a partition this run
-        has not yet read past the restored point keeps the restored point (with its
-        offsets taken above it) instead of moving back to this run's read position."""
-        points = dict(self.skip)
-        for key, p in self.join.resume_points(self.next).items():
-            if resume_offset(p) >= resume_offset(points.get(key, 0)):
-                points[key] = p
         return points
 
     async def tick(self) -> None:
@@ -313,6 +396,9 @@ class Runner:
             if not self.ready:
                 return  # revoked while this tick waited for the lock: nothing to store
             self.join.stats.last_poll = time.monotonic()
+            if await self._pull_globals():  # scheduler events while the samples are quiet
+                self.last_input, self.flushed = time.monotonic(), False
+                await self.join.drain(self.join.frontier(await self._lagging()))
             idle = time.monotonic() - self.last_input
             if (
                 not self.flushed
@@ -326,7 +412,9 @@ class Runner:
             elif self._checkpoint_due():
                 await self.checkpoint()
             timeout = self.opts.idle_timeout_s
-            if timeout is not None and self.flushed and idle >= timeout:
+            # and not before the other workers' final marks are in: a merger that stops
+            # early leaves its episodes to a worker that may be stopping too
+            if timeout is not None and self.flushed and idle >= timeout and self.join.settled():
                 self.stopping = True
                 await self.app.consumer.commit()
                 log.info("idle for %.1f s: stopping", idle)

@@ -1,11 +1,26 @@
-"""The runner-independent half of a worker: decode, merge the inputs in event time, hand them
-to the pure core, publish what it produced, and turn its state into snapshot records.
+"""The runner-independent half of a worker: decode, merge the inputs in event time, route
+them to the shards this worker owns, publish what they produced, and checkpoint them.
 
 Both runners use it: the Faust app (streams/app.py, ``gpugap worker``) and the plain aiokafka
 loop (streams/worker.py, ``gpugap worker --engine asyncio``). Records are buffered and handed
 to the core in event-time order up to the **frontier** (the oldest latest-timestamp among input
 partitions that are not caught up), so a fast samples partition cannot run ahead of the
 scheduler events and make them late during a replay or a catch-up.
+
+The state is split into shards, one per partition of ``gpu.samples.v1`` (keyed by node):
+
+- shard ``p`` holds the nodes whose samples are on partition ``p``, the gangs whose
+  ``cluster/gang`` key maps to ``p``, and the merged idle episodes of the allocations whose id
+  maps to ``p`` (Kafka's murmur2, like every producer);
+- scheduler events are few (one per job or pod change, against one per node every 10 s) and
+  every shard needs them: every worker reads every partition of ``slurm.jobs.v1`` and
+  ``k8s.pods.v1`` (a Kafka Streams GlobalKTable), and each shard keeps what is its own; the
+  owner of a node publishes its allocation events on ``gpu.allocations.v1``;
+- a node's idle alert goes to the shard that merges its allocation: directly when this worker
+  owns it, else over ``<group>-idle-episodes`` (keyed by allocation, partitioned like the
+  samples). Each shard also sends every merger its watermark (a **mark**) over the same
+  path, in order after its alerts, so a merger resolves an episode only once every shard
+  has passed the point where a node could still join it.
 """
 
 from __future__ import annotations
@@ -16,70 +31,52 @@ import heapq
 import json
 import logging
 import time
-import zlib
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpugap.kafka.consume import DeadLetters, RawMessage
 from gpugap.kafka.publish import Publisher
-from schemas import NodeSample, Record, encode
+from schemas import Alert, K8sPodEvent, NodeSample, Record, SlurmJobEvent, decode, encode
 from schemas.clock import SECOND_MS, ms
 from schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
-from schemas.types import DeadLetterKind
+from schemas.types import AlertKind, DeadLetterKind
+from streams.checkpoint import Points
 from streams.core import CoreConfig
 from streams.process import Processor, Result
+from streams.shards import Shards, partition_for
+from streams.stats import WorkerStats
+
+__all__ = ["GLOBAL_INPUTS", "INPUTS", "Join", "WorkerStats", "partition_for", "tune_gc"]
 
 log = logging.getLogger(__name__)
 INPUTS = (SAMPLES, SLURM_JOBS, K8S_PODS)
+#: read by every worker, whole (the scheduler events)
+GLOBAL_INPUTS = (SLURM_JOBS, K8S_PODS)
+#: marks go to remote mergers at most this often (local ones on every drain)
+MARK_INTERVAL_S = 0.2
 #: a buffer this large is drained regardless of the frontier (bounded memory)
 MAX_BUFFERED = 500_000
 
 
-@dataclass
-class WorkerStats:
-    started: float = field(default_factory=time.monotonic)
-    messages: int = 0
-    processed: int = 0  # records handed to the core (in event-time order)
-    gpu_samples: int = 0
-    counts: Counter[str] = field(default_factory=Counter)  # outputs by topic
-    last_poll: float = field(default_factory=time.monotonic)
-    buffered: int = 0
-    open_minutes: int = 0
-    core: dict[str, int] = field(default_factory=dict)
-    snapshot_s: float = 0.0  # how long building the last snapshot took
-    #: /healthz answers 503 once the worker has not polled for this long
-    stale_after_s: float = 60.0
-
-    def stale(self) -> bool:
-        return time.monotonic() - self.last_poll > self.stale_after_s
-
-    def prometheus(self, dead: Counter[str], lag: dict[str, int] | None = None) -> str:
-        up = time.monotonic() - self.started
-        lines = [
-            f"gpugap_worker_uptime_seconds {up:.1f}",
-            f"gpugap_worker_messages_total {self.messages}",
-            f"gpugap_worker_processed_total {self.processed}",
-            f"gpugap_worker_gpu_samples_total {self.gpu_samples}",
-            f"gpugap_worker_buffered_records {self.buffered}",
-            f"gpugap_worker_open_minutes {self.open_minutes}",
-            f"gpugap_worker_seconds_since_poll {time.monotonic() - self.last_poll:.1f}",
-        ]
-        lines += [f'gpugap_worker_output_total{{topic="{k}"}} {v}' for k, v in self.counts.items()]
-        lines += [f'gpugap_worker_core_total{{what="{k}"}} {v}' for k, v in self.core.items()]
-        lines += [f'gpugap_worker_dead_letters_total{{kind="{k}"}} {v}' for k, v in dead.items()]
-        lines += [f'gpugap_worker_lag{{partition="{k}"}} {v}' for k, v in (lag or {}).items()]
-        return "\n".join(lines) + "\n"
-
-
-class Join:
+class Join(Shards):
     def __init__(
-        self, publisher: Publisher, topic_prefix: str, config: CoreConfig | None = None
+        self,
+        publisher: Publisher,
+        topic_prefix: str,
+        config: CoreConfig | None = None,
+        *,
+        partitions: int = 1,
+        episodes_topic: str | None = None,
     ) -> None:
         self.pub = publisher
         self.prefix = topic_prefix
-        self.proc = Processor(config)
+        self.cfg = config or CoreConfig()
+        #: shards: the partitions of the samples topic
+        self.partitions = partitions
+        self.samples_topic = SAMPLES.qualified(topic_prefix)
+        self.global_topics = {t.qualified(topic_prefix) for t in GLOBAL_INPUTS}
+        #: where idle alerts and marks for shards owned elsewhere go (None: all are here)
+        self.episodes_topic = episodes_topic
         self.dl = DeadLetters(publisher, "worker", topic_prefix)
         self.stats = WorkerStats()
         #: (event ms, arrival seq, partition, raw message, record, runner's handle)
@@ -91,12 +88,33 @@ class Join:
         #: offsets taken by the core above a partition's lowest buffered one (event-time
         #: order is not offset order): a restart must skip them too, not apply them twice
         self.taken: dict[Any, set[int]] = {}
-        self._unstored: set[str] = set()  # nodes changed since the last snapshot stored
+        self._parts: dict[str, int] = {}
+        self._marked: dict[tuple[int, int], tuple[int | None, bool]] = {}
+        self._marked_at = 0.0
+        #: flushed, and no data since: the marks stay final (they would flip back and forth
+        #: between the workers of a group, each waking the others)
+        self._quiet = False
+        self.shards: dict[int, Processor] = {}
+        self.skip: dict[int, Points] = {}  # shard -> the input its restored state holds
+        self._unstored: dict[int, set[str]] = {}  # shard -> nodes changed since stored
+        self.restore({}, () if episodes_topic is not None else None)
 
     async def ingest(self, tp: Any, raw: RawMessage, handle: Any = None) -> None:
-        """Decode one message (bad bytes -> dead letter) and buffer it in event-time order."""
+        """Decode one message (bad bytes -> dead letter) and buffer it in event-time order.
+        Records every shard here already holds are dropped; a merger's input is applied
+        at once, in offset order (its marks must follow the alerts sent before them)."""
         self.stats.messages += 1
-        rec = await self.dl.decode(raw)
+        rec: Record | None = None
+        if raw.topic == self.episodes_topic:
+            await self._episode(raw)
+        elif raw.topic in self.global_topics:
+            self._quiet = False
+            if any(not self._has(s, raw) for s in self.shards):
+                rec = await self.dl.decode(raw)
+        else:
+            self._quiet = False
+            if not self._has(raw.partition or 0, raw):
+                rec = await self.dl.decode(raw)
         t = 0 if rec is None else ms(rec.time)  # type: ignore[attr-defined]
         if rec is not None and (reason := self._outside_window(t)):
             await self.dl.route(raw, reason, DeadLetterKind.REJECTED)
@@ -112,7 +130,7 @@ class Join:
         heapq.heappush(self._buf, (t, self._seq, tp, raw, rec, handle))
 
     def _outside_window(self, t: int) -> str | None:
-        cfg = self.proc.cfg
+        cfg = self.cfg
         if cfg.max_future_ms is None and cfg.max_past_ms is None:
             return None
         now = int(time.time() * SECOND_MS)
@@ -137,12 +155,11 @@ class Join:
         return min(behind) if behind else float("inf")
 
     async def drain(self, frontier: float) -> None:
-        buf = self._buf
-        handle_record, taken, done, stats = self.proc.handle, self.taken, self.done, self.stats
+        buf, taken, done, stats = self._buf, self.taken, self.done, self.stats
         while buf and (buf[0][0] <= frontier or len(buf) > MAX_BUFFERED):
             _, _, tp, raw, rec, handle = heapq.heappop(buf)
             try:
-                res = handle_record(rec)
+                res = await self._step(raw, rec)
             except Exception as exc:
                 # (an exception here at every restart was a crash loop: the record is kept,
                 # with the reason, and the worker goes on)
@@ -152,7 +169,7 @@ class Join:
                 )
                 res = None
             if res is not None and (res.minutes or res.alerts or res.allocations or res.refused):
-                await self.publish(res, raw)
+                await self._deliver(res, raw)
             stats.processed += 1
             if raw.offset is not None:
                 offsets = taken.get(tp)
@@ -165,36 +182,111 @@ class Join:
                 # let /metrics and /healthz answer while catching up: a liveness probe
                 # must not see a worker draining a large backlog as dead
                 await asyncio.sleep(0)
-        await self.publish(self.proc.advance(), None)
+        await self._advance(0)
         self.stats.buffered = len(buf)
-        self.stats.open_minutes = self.proc.open_minutes()
+        self.stats.open_minutes = self.open_minutes()
+
+    async def _step(self, raw: RawMessage, rec: Record) -> Result | None:
+        if isinstance(rec, SlurmJobEvent | K8sPodEvent):
+            out = Result()
+            for s, proc in self.shards.items():
+                if not self._has(s, raw):
+                    out.add(proc.scheduler(rec, self._owns(s)))
+            return out
+        shard = (raw.partition or 0) if raw.topic == self.samples_topic else 0
+        if isinstance(rec, NodeSample) and self.partitions > 1:
+            key = f"{rec.cluster}/{rec.node}"
+            if (want := self.part(key)) != shard:
+                await self.dl.route(
+                    raw,
+                    f"key {key!r} belongs on partition {want} of {self.partitions} (Kafka's "
+                    f"murmur2 partitioner) but was written to {shard}: the producer partitions "
+                    "keys differently, and its node's state would be split; use a producer "
+                    "with the default partitioner",
+                    DeadLetterKind.REJECTED,
+                )
+                return None
+        return self.shards[shard].step(rec)
+
+    async def _deliver(self, res: Result, raw: RawMessage | None) -> None:
+        """Publish a shard's output; a node's idle alert goes to its allocation's merger."""
+        if any(a.kind is AlertKind.IDLE_GPU and a.allocation_id for a in res.alerts):
+            alerts: list[Alert] = []
+            for a in res.alerts:
+                if a.kind is not AlertKind.IDLE_GPU or a.allocation_id is None:
+                    alerts.append(a)
+                    continue
+                m = self.part(a.allocation_id)
+                merger = self.shards.get(m)
+                if merger is not None:
+                    alerts += merger.merge(a)
+                else:
+                    await self._send_episode(m, a.allocation_id.encode(), encode(a))
+            res.alerts = alerts
+        await self.publish(res, raw)
+
+    async def _send_episode(self, shard: int, key: bytes, value: bytes) -> None:
+        if self.episodes_topic is None:
+            raise RuntimeError(f"shard {shard} is not here and there is no episodes topic")
+        await self.pub.send_raw(self.episodes_topic, key, value, None, partition=shard)
+
+    async def _advance(self, extra_ms: int) -> None:
+        for proc in self.shards.values():
+            await self._deliver(proc.advance(extra_ms, merge=False), None)
+        await self._marks(final=extra_ms > 0)
+
+    async def _marks(self, *, final: bool) -> None:
+        """Every shard here tells every merger where it is (remote ones now and then)."""
+        if final:
+            self._quiet = True
+        elif self._quiet:
+            return  # nothing new since the flush: its final marks stand
+        now = time.monotonic()
+        remote = final or now - self._marked_at >= MARK_INTERVAL_S
+        extra = self.cfg.lateness_ms if final else 0
+        n = self.partitions
+        for s, proc in self.shards.items():
+            wm = proc.watermark(extra)
+            for t in range(n):
+                merger = self.shards.get(t)
+                if merger is not None:
+                    if alerts := merger.mark(s, wm, final, n):
+                        await self.publish(Result(alerts=alerts), None)
+                elif remote and self._marked.get((s, t)) != (wm, final):
+                    value = json.dumps({"mark": s, "watermark": wm, "final": final})
+                    await self._send_episode(t, b"mark", value.encode())
+                    self._marked[s, t] = (wm, final)
+        if remote:
+            self._marked_at = now
+
+    async def _episode(self, raw: RawMessage) -> None:
+        """A merger's input from the episodes topic: a node's idle alert, or a mark."""
+        shard = raw.partition or 0
+        proc = self.shards.get(shard)
+        if proc is None or self._has(shard, raw):
+            return
+        try:
+            if raw.key == b"mark":
+                m = json.loads(raw.value or b"")
+                wm = None if m["watermark"] is None else int(m["watermark"])
+                alerts = proc.mark(int(m["mark"]), wm, bool(m["final"]), self.partitions)
+            else:
+                alerts = proc.merge(decode(ALERTS, raw.value or b""))
+        except Exception as exc:
+            await self.dl.route(
+                raw,
+                f"not an idle episode or mark: {type(exc).__name__}: {exc}",
+                DeadLetterKind.REJECTED,
+            )
+            return
+        if alerts:
+            await self.publish(Result(alerts=alerts), raw)
 
     async def flush_all(self) -> None:
         """Input is quiet: process everything buffered and close every minute seen."""
         await self.drain(float("inf"))
-        await self.publish(self.proc.advance(self.proc.cfg.lateness_ms), None)
-        self.stats.open_minutes = self.proc.open_minutes()
-
-    def lowest_buffered(self) -> dict[Any, int]:
-        """Per partition, the lowest offset still buffered (not yet in the core's state)."""
-        low: dict[Any, int] = {}
-        for _, _, tp, raw, _, _ in self._buf:
-            if raw.offset is not None:
-                low[tp] = min(low.get(tp, raw.offset), raw.offset)
-        return low
-
-    def resume_points(self, next_offsets: dict[Any, int]) -> dict[str, Any]:
-        """Per partition ("topic:partition"): the offset to resume from, and the offsets
-        above it the core has already taken."""
-        low = self.lowest_buffered()
-        out: dict[str, Any] = {}
-        for tp, nxt in next_offsets.items():
-            start = low.get(tp, nxt)
-            taken = self.taken.get(tp, set())
-            above = sorted(o for o in taken if o >= start)
-            self.taken[tp] = set(above)
-            out[f"{tp.topic}:{tp.partition}"] = [start, above] if above else start
-        return out
+        await self._advance(self.cfg.lateness_ms)
+        self.stats.open_minutes = self.open_minutes()
 
     async def publish(self, res: Result, raw: RawMessage | None) -> None:
         for a in res.allocations:
@@ -216,50 +308,6 @@ class Join:
         c[MINUTES.name] += len(res.minutes)
         c[ALERTS.name] += len(res.alerts)
 
-    # --- snapshots: one record per node plus "meta" (gangs, alerts, input offsets) ----------
-
-    def checkpoint_due(self, since_last_s: float, interval_s: float) -> bool:
-        """Every ``interval_s``, but never so often that writing the state takes more than
-        a tenth of the time: catching up, every node changes between two checkpoints."""
-        return since_last_s >= max(interval_s, 10 * self.stats.snapshot_s)
-
-    def snapshot(self, offsets: dict[str, Any]) -> list[tuple[bytes, bytes]]:
-        """The records to write: the nodes changed since the last snapshot stored (the topic
-        is compacted, so it keeps every other node's last record) and the meta record. Call
-        :meth:`snapshot_stored` once they are acknowledged; until then they are written
-        again with the next snapshot."""
-        started = time.perf_counter()
-        st = self.proc.state
-        self._unstored |= self.proc.changed()
-        nodes = st["nodes"]
-        items = [(f"node:{k}".encode(), _pack(nodes[k])) for k in sorted(self._unstored)]
-        meta = {k: v for k, v in st.items() if k != "nodes"}
-        meta["node_keys"] = sorted(st["nodes"])
-        meta["offsets"] = offsets
-        items.append((b"meta", _pack(meta)))
-        self.stats.core = self.proc.counts()
-        self.stats.snapshot_s = time.perf_counter() - started
-        return items
-
-    def snapshot_stored(self) -> None:
-        self._unstored = set()
-
-    def restore(self, records: dict[bytes, bytes]) -> dict[str, Any] | None:
-        """Load a snapshot (latest value per key); returns the resume points stored with it
-        (see :meth:`resume_points`; :func:`already_taken` reads them), or None."""
-        records = dict(records)
-        meta_raw = records.pop(b"meta", None)
-        if meta_raw is None:
-            return None
-        state = _unpack(meta_raw)
-        offsets: dict[str, Any] = state.pop("offsets")
-        keys = set(state.pop("node_keys"))
-        nodes = {k.decode()[5:]: _unpack(v) for k, v in records.items() if k.startswith(b"node:")}
-        state["nodes"] = {k: v for k, v in nodes.items() if k in keys}
-        self.proc = Processor(self.proc.cfg, state=state)
-        self._unstored = set()
-        return offsets
-
 
 def tune_gc() -> None:
     """For a worker process: what is loaded so far is permanent (never scanned again), and
@@ -269,25 +317,3 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-
-
-def resume_offset(point: Any) -> int:
-    return int(point[0] if isinstance(point, list) else point)
-
-
-def already_taken(points: dict[str, Any], topic: str, partition: int, offset: int) -> bool:
-    """Whether the restored state already includes this input record."""
-    p = points.get(f"{topic}:{partition}")
-    if p is None:
-        return False
-    if isinstance(p, list):
-        return offset < p[0] or offset in p[1]
-    return bool(offset < p)
-
-
-def _pack(obj: Any) -> bytes:
-    return zlib.compress(json.dumps(obj, separators=(",", ":")).encode(), 1)
-
-
-def _unpack(data: bytes) -> Any:
-    return json.loads(zlib.decompress(data))

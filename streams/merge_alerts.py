@@ -5,6 +5,8 @@ per node; the ground truth (and the person paged) wants one: overlapping episode
 allocation merge. The merged alert opens with the first node's episode, updates as nodes
 join or report, and resolves when every node's episode has resolved. Its id is
 ``idle_gpu/<allocation>/<episode start>``: deterministic, so a replay never opens it twice.
+(If a node whose run began earlier reports after the alert opened, the start moves back and
+the id stays.)
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ class AlertMerger:
             "idle_h": alert.idle_gpu_hours,
             "open": alert.state is not AlertState.RESOLVED,
         }
-        m["start"] = min(m["start"], start)
+        if start < m["start"]:
+            # a node whose run began earlier reported after the alert opened (its shard ran
+            # behind): the episode starts earlier, its alert keeps the id it opened with
+            m.setdefault("id", m["start"])
+            m["start"] = start
         if alert.resolved_at is not None:
             m["end"] = max(m["end"], format_utc(alert.resolved_at))
         m.setdefault("opened", format_utc(alert.opened_at))
@@ -91,7 +97,7 @@ class AlertMerger:
         minutes = int((end - start).total_seconds() // MINUTE_S) if resolved else a.idle_minutes
         return a.model_copy(
             update={
-                "alert_id": f"idle_gpu/{a.allocation_id}/{m['start']}",
+                "alert_id": f"idle_gpu/{a.allocation_id}/{m.get('id', m['start'])}",
                 "state": state,
                 "opened_at": parse_utc(m["opened"]),
                 "resolved_at": end if resolved else None,

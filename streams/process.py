@@ -1,9 +1,12 @@
-"""Routing records to the pure steps: one ``Processor`` holds the per-node cores and the gang
-tracker of one worker (or one partition), with no I/O. Both runners (the asyncio worker in
-streams/worker.py and the Faust app in streams/app.py) are thin adapters around it."""
+"""Routing records to the pure steps: one ``Processor`` holds the state of one shard (one
+partition of the inputs): its nodes' cores, its gangs, and the merged idle episodes of its
+allocations, with no I/O. ``handle`` runs a shard that holds everything (one partition);
+``step``, ``scheduler``, ``merge`` and ``mark`` are the pieces ``streams.join`` routes records
+through when the state is split over partitions (see docs/worker.md#scale-out)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from schemas.clock import MINUTE_MS, at, ms
@@ -66,11 +69,12 @@ class Processor:
         self.state["max_ms"] = t if m is None else max(m, t)
 
     def handle(self, rec: Record) -> Result:
-        out = self._handle(rec)
+        out = self.step(rec)
         out.alerts = [m for a in out.alerts for m in self.merger.feed(a)]
         return out
 
-    def _handle(self, rec: Record) -> Result:
+    def step(self, rec: Record) -> Result:
+        """One record, every node and gang this shard's; idle alerts are per node (unmerged)."""
         out = Result()
         if isinstance(rec, NodeSample):
             t = ms(rec.time)
@@ -93,9 +97,68 @@ class Processor:
             out.add(self.core(a.cluster, a.node).allocation(a))
         return out
 
-    def advance(self, extra_ms: int = 0) -> Result:
+    def scheduler(self, rec: SlurmJobEvent | K8sPodEvent, owns: Callable[[str], bool]) -> Result:
+        """A scheduler event every shard reads: its allocations on the nodes this shard
+        ``owns`` (``cluster/node``), its pod if the shard owns the gang (``cluster/gang``),
+        and its time for the shard's clock. Idle alerts are per node (unmerged)."""
+        out = Result()
+        t = ms(rec.time)
+        self._seen(t)
+        if isinstance(rec, SlurmJobEvent):
+            allocs = from_slurm(rec)
+        else:
+            allocs = from_pod(rec)
+            if rec.gang_id is not None and owns(f"{rec.cluster}/{rec.gang_id}"):
+                out.alerts += self.gangs.pod(rec)
+            else:
+                out.alerts += self.gangs.advance(t)
+        for a in allocs:
+            if owns(f"{a.cluster}/{a.node}"):
+                out.allocations.append(a)
+                out.add(self.core(a.cluster, a.node).allocation(a))
+        return out
+
+    def merge(self, alert: Alert) -> list[Alert]:
+        """A node's idle alert of an allocation this shard merges: the marks may already
+        be past its end (a restored shard sends its alerts again, after its marks)."""
+        return self.merger.feed(alert) + self._by_marks()
+
+    def watermark(self, extra_ms: int = 0) -> int | None:
+        """What this shard tells the mergers: none of its nodes will report an idle run that
+        starts before this. None: it has taken nothing yet (so it cannot say)."""
+        m = self.state["max_ms"]
+        return None if m is None else m + extra_ms - self.cfg.lateness_ms
+
+    def mark(self, source: int, watermark: int | None, final: bool, sources: int) -> list[Alert]:
+        """Shard ``source`` (of ``sources``) is at ``watermark``: resolve the merged episodes
+        no node can join any more, once every shard has said where it is."""
+        marks = self.state.setdefault("marks", {})
+        prev = marks.get(str(source))
+        if prev is not None and prev[0] is not None and (watermark or 0) < prev[0]:
+            watermark = prev[0]  # a restarted shard says an earlier one again
+        marks[str(source)] = [watermark, final]
+        self.state["sources"] = sources
+        return self._by_marks()
+
+    def settled(self) -> bool:
+        """Every shard has sent this merger its final mark: nothing can join an episode."""
+        marks = self.state.get("marks") or {}
+        return len(marks) >= self.state.get("sources", 1) and all(m[1] for m in marks.values())
+
+    def _by_marks(self) -> list[Alert]:
+        marks = self.state.get("marks")
+        sources = self.state.get("sources")
+        if not marks or sources is None or len(marks) < sources:
+            return []
+        if any(m[0] is None for m in marks.values()):
+            return []
+        final = all(m[1] for m in marks.values())
+        return self._tick(min(m[0] for m in marks.values()), final=final)
+
+    def advance(self, extra_ms: int = 0, *, merge: bool = True) -> Result:
         """Bring every node to the max event time seen (+ ``extra_ms``): a node that went
-        quiet still closes its minutes. ``extra_ms = lateness`` closes everything seen."""
+        quiet still closes its minutes. ``extra_ms = lateness`` closes everything seen.
+        ``merge=False``: idle alerts stay per node, and the mergers are told by marks."""
         out = Result()
         m = self.state["max_ms"]
         if m is None:
@@ -110,8 +173,9 @@ class Processor:
             out.add(c.advance(t))
             self.dirty.add(key)
         out.alerts += self.gangs.advance(m + extra_ms)
-        out.alerts = [m for a in out.alerts for m in self.merger.feed(a)]
-        out.alerts += self._tick(m + extra_ms - self.cfg.lateness_ms, final=extra_ms > 0)
+        if merge:
+            out.alerts = [m for a in out.alerts for m in self.merger.feed(a)]
+            out.alerts += self._tick(m + extra_ms - self.cfg.lateness_ms, final=extra_ms > 0)
         return out
 
     def _tick(self, watermark_ms: int, *, final: bool = False) -> list[Alert]:

@@ -171,6 +171,8 @@ class Merged(TypedDict):
     nodes: dict[str, MergedNode]
     last: dict[str, Any]  # the last alert (its JSON)
     opened: NotRequired[str]
+    #: the start its alert id was made from, once an earlier start came in after it opened
+    id: NotRequired[str]
 
 
 class ProcessorState(TypedDict):
@@ -178,3 +180,6 @@ class ProcessorState(TypedDict):
     gangs: GangsState | None  # None only until the Processor has built its tracker
     max_ms: int | None
     merge: NotRequired[dict[str, Merged]]  # allocation id -> its merged episode
+    #: shard -> [its last watermark (None: it holds no node), final], for the merger
+    marks: NotRequired[dict[str, list[Any]]]
+    sources: NotRequired[int]  # how many shards send marks

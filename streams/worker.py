@@ -19,12 +19,14 @@ import time
 from typing import Any
 
 from gpugap.kafka.admin import ensure_topics, wait_for_coordinator
-from gpugap.kafka.consume import RawMessage
+from gpugap.kafka.consume import RawMessage, read_latest
 from gpugap.kafka.publish import Publisher
 from gpugap.settings import KafkaSettings
 from schemas.errors import RetriableError
+from schemas.topics import SAMPLES
+from streams.checkpoint import Points, start_offset
 from streams.core import CoreConfig
-from streams.join import INPUTS, Join, WorkerStats, already_taken, resume_offset
+from streams.join import INPUTS, Join, WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ class Worker:
         self.kafka = kafka
         self.pub = publisher
         self.group = group
+        self.config = config
         self.join = Join(publisher, kafka.topic_prefix, config)
         self.join.stats.stale_after_s = healthz_stale_s
         self.idle_flush_s = idle_flush_s
@@ -58,7 +61,6 @@ class Worker:
         self._next: dict[Any, int] = {}  # partition -> offset after the last one fetched
         self._consumer: Any = None
         self._partitions: dict[str, list[int]] = {}  # input topic -> its partitions
-        self._restored: dict[str, Any] = {}
 
     @property
     def stats(self) -> WorkerStats:
@@ -97,9 +99,6 @@ class Worker:
         low = self.join.lowest_buffered()
         return {tp: low.get(tp, nxt) for tp, nxt in self._next.items()}
 
-    def _skip(self, m: Any) -> bool:
-        return already_taken(self._restored, m.topic, m.partition, m.offset)
-
     async def _ensure_state_topic(self) -> None:
         from aiokafka.admin import AIOKafkaAdminClient
 
@@ -119,42 +118,31 @@ class Worker:
         finally:
             await admin.close()
 
-    async def _restore(self) -> dict[str, Any] | None:
-        """Load the latest snapshot; returns the input offsets stored with it."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
+    async def _restore(self) -> dict[int, Points]:
+        """Load the latest snapshot of every shard; returns the resume points stored."""
         await self._ensure_state_topic()
-        c = AIOKafkaConsumer(**self.kafka.client_options(), enable_auto_commit=False)
-        await c.start()
-        latest: dict[bytes, bytes] = {}
-        try:
-            tp = TopicPartition(self.state_topic, 0)
-            c.assign([tp])
-            await c.seek_to_beginning(tp)
-            end = (await c.end_offsets([tp]))[tp]
-            while await c.position(tp) < end:
-                for msgs in (await c.getmany(tp, timeout_ms=1000)).values():
-                    for m in msgs:
-                        latest[m.key] = m.value
-        finally:
-            await c.stop()
-        offsets = self.join.restore(latest)
-        self._restored = offsets or {}
-        if offsets is not None:
-            log.info("restored %d node(s) at offsets %s", len(self.join.proc.cores), offsets)
-        return offsets
+        latest = await read_latest(self.kafka, self.state_topic, [0])
+        # one shard per partition of the samples (this engine owns them all)
+        stats = self.join.stats
+        shards = len(self._partitions[SAMPLES.qualified(self.kafka.topic_prefix)])
+        self.join = Join(self.pub, self.kafka.topic_prefix, self.config, partitions=shards)
+        self.join.stats = stats
+        restored = self.join.restore(latest)
+        if restored:
+            log.info("restored %d shard(s) at offsets %s", len(restored), restored)
+        return restored
 
-    async def _assign(self, consumer: Any, restored: dict[str, Any] | None) -> None:
+    async def _assign(self, consumer: Any, restored: dict[int, Points]) -> None:
         """Own every partition of the inputs (no group rebalances: one worker, or one per
         shard), positioned where the restored snapshot stops, else at the group's commit."""
         from aiokafka import TopicPartition
 
         tps = [TopicPartition(t, p) for t, parts in self._partitions.items() for p in parts]
         consumer.assign(tps)
+        glob = self.join.global_topics
         for tp in tps:
-            key = f"{tp.topic}:{tp.partition}"
-            point = restored.get(key) if restored else None
-            offset = resume_offset(point) if point is not None else None
+            readers = self.join.shards if tp.topic in glob else [tp.partition]
+            offset = start_offset(restored, f"{tp.topic}:{tp.partition}", readers)
             if not restored:
                 offset = await consumer.committed(tp)
             if offset is None:
@@ -188,8 +176,7 @@ class Worker:
                 for tp, messages in batches.items():
                     for m in messages:
                         self._next[tp] = m.offset + 1
-                        if not self._skip(m):
-                            await self.join.ingest(tp, RawMessage.of(m))
+                        await self.join.ingest(tp, RawMessage.of(m))
                 if batches:
                     idle_since, flushed = loop.time(), False
                 lagging = await self._lagging(consumer)
@@ -218,8 +205,8 @@ class Worker:
     async def _commit(self, consumer: Any) -> None:
         offsets = self._committable()
         await self.pub.flush()  # the outputs first: a stored snapshot implies its outputs are
-        keyed = {**self._restored, **self.join.resume_points(self._next)}
-        for key, value in self.join.snapshot(keyed):
+        keyed = self.join.resume_points(self._next)
+        for _, key, value in self.join.snapshot(keyed):
             await self.pub.send_raw(self.state_topic, key, value)
         await self.pub.flush()
         self.join.snapshot_stored()

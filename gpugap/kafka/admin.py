@@ -218,3 +218,22 @@ async def prepare(settings: KafkaSettings, topics: Iterable[str], group: str | N
     await ensure_topics(settings, topics)
     if group is not None:
         await wait_for_coordinator(settings, group)
+
+
+async def partition_counts(settings: KafkaSettings, names: Iterable[str]) -> dict[str, int]:
+    """How many partitions each of ``names`` has (those that exist)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(**settings.client_options())
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [n for n in names if n in existing]
+        out = {}
+        for d in await admin.describe_topics(wanted) if wanted else []:
+            parts = d.get("partitions") or ()
+            if not d.get("error_code") and parts:
+                out[d["topic"]] = len(parts)
+        return out
+    finally:
+        await admin.close()

@@ -7,7 +7,7 @@ import asyncio
 import base64
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -211,3 +211,43 @@ async def read_topic(
     finally:
         await consumer.stop()
     return out
+
+
+async def read_latest(
+    settings: KafkaSettings, topic: str, partitions: Iterable[int], timeout_s: float = 120.0
+) -> dict[bytes, bytes]:
+    """The latest value of every key in ``partitions`` of a compacted topic (a broker name),
+    read from the start to the end offsets of now: state written and acknowledged before
+    the call is in it. Not read to its end in ``timeout_s``: a RetriableError."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    tps = [TopicPartition(topic, p) for p in sorted(set(partitions))]
+    latest: dict[bytes, bytes] = {}
+    if not tps:
+        return latest
+    consumer = AIOKafkaConsumer(**settings.client_options(), enable_auto_commit=False)
+    await consumer.start()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        left = {tp for tp in tps if end[tp] > 0}
+        while left:
+            if loop.time() > deadline:
+                raise RetriableError(f"{topic}: not read to its end within {timeout_s:.0f}s")
+            for msgs in (await consumer.getmany(*left, timeout_ms=500)).values():
+                for m in msgs:
+                    if m.key is None:
+                        continue
+                    if m.value is None:
+                        latest.pop(m.key, None)  # a tombstone
+                    else:
+                        latest[m.key] = m.value
+            for tp in list(left):
+                if await consumer.position(tp) >= end[tp]:
+                    left.discard(tp)
+    finally:
+        await consumer.stop()
+    return latest

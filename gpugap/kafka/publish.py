@@ -51,9 +51,15 @@ class Publisher(ABC):
         await self.send(topic, decode(topic, value))
 
     async def send_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+        partition: int | None = None,
     ) -> None:
-        """Opaque bytes, valid or not (replaying captures, testing dead-letter paths)."""
+        """Opaque bytes, valid or not (replaying captures, testing dead-letter paths);
+        ``partition`` overrides the key's (the stream worker's per-shard state)."""
         raise NotImplementedError(f"{type(self).__name__} cannot send raw bytes")
 
     @abstractmethod
@@ -134,10 +140,18 @@ class KafkaPublisher(Publisher):
         await self.send_raw(topic.qualified(self.settings.topic_prefix), key, value, timestamp_ms)
 
     async def send_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+        partition: int | None = None,
     ) -> None:
         partitions = self._partitions.get(topic) or await self._load_partitions(topic)
-        if key is None:
+        if partition is not None:
+            if partition not in partitions:
+                raise ValueError(f"{topic} has no partition {partition}")
+        elif key is None:
             self._round_robin += 1
             partition = partitions[self._round_robin % len(partitions)]
         else:
@@ -252,7 +266,12 @@ class JsonlPublisher(Publisher):
         self.sent += 1
 
     async def send_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+        partition: int | None = None,
     ) -> None:
         assert self._fh is not None, "start() the publisher first"
         line = {

@@ -112,7 +112,7 @@ def test_a_record_the_core_cannot_process_is_a_dead_letter_and_the_worker_goes_o
     t0 = datetime(2026, 11, 2, 10, tzinfo=UTC)
     pub = Recording()
     join = Join(pub, "")
-    real = join.proc.handle
+    real = join.proc.step
     bad = NodeSample.model_validate(node_sample("bad", t0))
 
     def handle(rec: Record) -> Any:
@@ -120,7 +120,7 @@ def test_a_record_the_core_cannot_process_is_a_dead_letter_and_the_worker_goes_o
             raise OverflowError("cannot convert float infinity to integer")
         return real(rec)
 
-    join.proc.handle = handle  # type: ignore[method-assign]
+    join.proc.step = handle  # type: ignore[method-assign]
 
     async def go() -> None:
         for i in range(30):

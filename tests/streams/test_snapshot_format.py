@@ -87,8 +87,9 @@ def feed(proc: Processor, recs: list[Item]) -> list[str]:
 
 def written(join: Join) -> dict[str, str]:
     """Every snapshot record of ``join`` (all nodes, changed or not), decompressed."""
-    join._unstored |= set(join.proc.state["nodes"])  # as if no snapshot were stored yet
-    return {k.decode(): zlib.decompress(v).decode() for k, v in join.snapshot({"in:0": 7})}
+    join._unstored[0] = set(join.proc.state["nodes"])  # as if no snapshot were stored yet
+    items = join.snapshot({0: {"in:0": 7}})
+    return {k.decode(): zlib.decompress(v).decode() for _, k, v in items}
 
 
 def snapshot_now() -> tuple[Join, dict[str, str]]:
@@ -115,7 +116,7 @@ def test_a_checkpoint_written_before_restores_and_goes_on_alike() -> None:
 
     restored = Join(Null(), "", CFG)
     offsets = restored.restore({k.encode(): zlib.compress(v.encode()) for k, v in want.items()})
-    assert offsets == {"in:0": 7}
+    assert offsets == {0: {"in:0": 7}}
     assert written(restored) == want  # restored as it was written, byte for byte
 
     original, _ = snapshot_now()
