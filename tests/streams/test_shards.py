@@ -1,0 +1,95 @@
+"""The state split into shards gives what one shard gives: the same minutes, allocations and
+final alerts, and one partitioner for the shards and every producer."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks.worker_inproc import Capture, Msg
+from gpugap.kafka.consume import RawMessage
+from producers.slurm.wire import partition_for as wire_partition_for
+from schemas import decode
+from schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
+from streams.checkpoint import keep_restored, start_offset
+from streams.core import CoreConfig
+from streams.join import Join, partition_for
+from streams.process import Processor
+from tests.bi.demo_data import simulate
+
+INPUTS = {SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name}
+CFG = CoreConfig(max_future_ms=None, max_past_ms=None)
+
+
+def test_the_shards_partition_keys_as_the_producers_do() -> None:
+    rng = random.Random(7)
+    for _ in range(2000):
+        key = "".join(rng.choice("abcz019/-_.") for _ in range(rng.randint(1, 40)))
+        for n in (1, 2, 6, 7, 64):
+            assert partition_for(key, n) == wire_partition_for(key.encode(), n), (key, n)
+
+
+async def run(messages: Sequence[Msg], partitions: int) -> Capture:
+    out = Capture()
+    join = Join(out, "", CFG, partitions=partitions)  # every shard here: merged locally
+    offsets: dict[tuple[str, int], int] = {}
+    for topic, key, value, ts in messages:
+        if topic not in INPUTS:
+            continue
+        p = partition_for(key.decode(), partitions) if topic == SAMPLES.name and key else 0
+        off = offsets[topic, p] = offsets.get((topic, p), -1) + 1
+        await join.ingest((topic, p), RawMessage(topic, p, off, key, value, ts))
+        if off % 97 == 0:
+            await join.drain(float("inf"))  # marks and merges on the way, as a worker does
+    await join.flush_all()
+    return out
+
+
+def outputs(cap: Capture) -> dict[str, Any]:
+    minutes, allocations, final = set(), set(), {}
+    for topic, _, value, _ in cap.messages:
+        if topic == MINUTES.name:
+            minutes.add(value)
+        elif topic == ALLOCATIONS.name:
+            allocations.add(value)
+        elif topic == ALERTS.name:
+            a = decode(ALERTS, value)
+            final[a.alert_id] = (a.state, a.opened_at, a.resolved_at, a.nodes, a.idle_minutes)
+    return {"minutes": minutes, "allocations": allocations, "alerts": final}
+
+
+def test_six_shards_give_what_one_gives() -> None:
+    messages = simulate("small")
+    one, six = (outputs(asyncio.run(run(messages, n))) for n in (1, 6))
+    assert one["minutes"] and one["alerts"]
+    assert six["minutes"] == one["minutes"]
+    assert six["allocations"] == one["allocations"]
+    assert six["alerts"] == one["alerts"]
+
+
+def test_a_merger_resolves_only_once_every_shard_has_passed() -> None:
+    merger = Processor(CoreConfig())
+    assert merger.mark(0, 10_000_000, False, 3) == []
+    assert merger.mark(1, None, False, 3) == []  # shard 1 has taken nothing yet
+    assert not merger.settled()
+    merger.mark(1, 5_000_000, False, 3)
+    merger.mark(2, 7_000_000, True, 3)
+    assert merger.state["marks"]["1"] == [5_000_000, False]
+    merger.mark(1, 4_000_000, False, 3)  # said again from an older checkpoint: kept
+    assert merger.state["marks"]["1"] == [5_000_000, False]
+    for s in range(3):
+        merger.mark(s, 10_000_000, True, 3)
+    assert merger.settled()
+
+
+def test_restored_points_stay_until_read_past_and_keep_their_taken_offsets() -> None:
+    restored = {"t:0": [100, [104, 109]], "t:1": 50}
+    now = {"t:0": [102, [103]], "t:1": 40, "t:2": 7}
+    points = keep_restored(restored, now)
+    assert points["t:0"] == [102, [103, 104, 109]]  # 104 and 109 are in the restored state
+    assert points["t:1"] == 50  # not read past the restored point yet
+    assert points["t:2"] == 7
+    assert start_offset({0: {"t:0": 100}, 1: {"t:0": [80, [81]]}}, "t:0", [0, 1]) == 80
+    assert start_offset({0: {"t:0": 100}, 1: {}}, "t:0", [0, 1]) is None
