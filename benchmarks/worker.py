@@ -149,14 +149,21 @@ def _measure(
     finally:
         if spy is not None:
             bench_profile.stop(spy)
-        proc.send_signal(signal.SIGTERM)
+        stop([proc])
+
+
+def stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM all, then wait for each (SIGKILL after 30 s); their stderr pipes closed."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
         try:
-            proc.wait(30)
+            p.wait(30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+            p.kill()
+            p.wait()
+        if p.stderr is not None:
+            p.stderr.close()
 
 
 def bench_throughput(

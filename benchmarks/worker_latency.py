@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.worker import stop
 from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import free_port
 from gpugap.settings import ClickHouseSettings, KafkaSettings
@@ -337,14 +338,7 @@ def bench_latency(
                     text = (Path(tmp) / f"{name}.log").read_text(errors="replace")
                     raise RuntimeError(f"the {name} exited during the run:\n{text[-3000:]}")
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(procs)
             server.stop()
             broker.down()
             if am is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.topics import create_topics
-from benchmarks.worker import metrics, run_passthrough
+from benchmarks.worker import metrics, run_passthrough, stop
 from benchmarks.worker_inproc import decoded, estate
 from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import free_port
@@ -78,16 +77,7 @@ def run_group(kafka: KafkaSettings, workers: int, messages: list[Any], expected:
             time.sleep(0.1)
         raise RuntimeError(f"{workers} worker(s) did not finish")
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            if p.stderr is not None:
-                p.stderr.close()
+        stop(procs)
 
 
 def main(samples: int = 100_000, repeats: int = 3) -> int:

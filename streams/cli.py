@@ -25,9 +25,9 @@ def register(sub: Any, cmd: Cmd) -> None:
         "--engine",
         choices=["faust", "asyncio"],
         default="faust",
-        help="faust (default: the Faust app, state in a changelog table, workers share the "
-        "partitions of a group) or asyncio (a plain aiokafka loop owning every partition: "
-        "one worker per group, 1.5-1.9x the throughput)",
+        help="faust (default: the Faust app; the state is split into shards like the samples' "
+        "partitions and the workers of a group split the shards) or asyncio (a plain aiokafka "
+        "loop that owns every shard: one worker per group)",
     )
     w.add_argument(
         "--lateness", type=float, default=120.0, metavar="S", help="allowed lateness (seconds)"

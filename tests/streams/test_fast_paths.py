@@ -131,6 +131,7 @@ def test_snapshots_of_changed_nodes_restore_every_node(records: list[Record]) ->
 def test_unstored_snapshots_are_written_again() -> None:
     join = Join(Null(), "")
     join.proc.core("c", "n1")
+
     def keys() -> set[bytes]:
         return {k for _, k, _ in join.snapshot({0: {}})}
 

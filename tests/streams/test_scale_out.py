@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -117,16 +116,22 @@ def check(
     assert merged and gangs, "the scenario should merge alerts across shards"
 
 
+def three_workers(kafka: KafkaSettings, truth: Path) -> Group:
+    """The scenario published, then three workers of one group well into it."""
+    simulate(kafka, truth)
+    group = Group(kafka)
+    for _ in range(3):
+        group.start()
+    group.wait_for(3000)
+    return group
+
+
 def test_three_workers_over_six_partitions_equal_the_truth(
     kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
 ) -> None:
     truth = tmp_path / "truth.json"
-    simulate(kafka, truth)
-    group = Group(kafka)
+    group = three_workers(kafka, truth)
     try:
-        for _ in range(int(os.environ.get("SCALE_WORKERS", "3"))):
-            group.start()
-        group.wait_for(3000)
         check(kafka, clickhouse, truth, group)
         assert all(group.seen), f"a worker took no part: {group.seen}"
     finally:
@@ -137,12 +142,8 @@ def test_a_fourth_worker_joins_and_one_is_killed_and_restarted(
     kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
 ) -> None:
     truth = tmp_path / "truth.json"
-    simulate(kafka, truth)
-    group = Group(kafka)
+    group = three_workers(kafka, truth)
     try:
-        for _ in range(3):
-            group.start()
-        group.wait_for(3000)
         group.start()  # a 4th joins: partitions move to it, their state with them
         group.wait_for(group.poll() + 3000)
         victim: Any = group.procs[1]
