@@ -207,16 +207,20 @@ class Demo:
         produced is stored and rolled up (asked of the broker and the warehouse: a busy
         worker's /metrics may not answer, and its gauges between two batches say little)."""
         from gpugap.demo_watch import Watch, stale_rollups
+        from schemas.topics import SAMPLES
         from sinks.clickhouse.sink import ClickHouseSink
         from sinks.clickhouse.warehouse import connect
         from streams.join import INPUTS
 
         assert self.kafka is not None
         client = connect(ch)
+        # what the worker's group commits: the Faust engine's workers read the scheduler
+        # topics whole, outside the group (its idle flush waits for them to be read)
+        committed = INPUTS if self.opts.engine == "asyncio" else (SAMPLES,)
         watch = Watch(
             self.kafka,
             {
-                self._worker_group(): tuple(t.name for t in INPUTS),
+                self._worker_group(): tuple(t.name for t in committed),
                 SINK_GROUP: tuple(t.name for t in ClickHouseSink.topics),
             },
         )
