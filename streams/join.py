@@ -267,9 +267,8 @@ class Join(Shards):
             return
         try:
             if raw.key == b"mark":
-                m = json.loads(raw.value or b"")
-                wm = None if m["watermark"] is None else int(m["watermark"])
-                alerts = proc.mark(int(m["mark"]), wm, bool(m["final"]), self.partitions)
+                source, wm, final = self._read_mark(raw.value or b"")
+                alerts = proc.mark(source, wm, final, self.partitions)
             else:
                 alerts = proc.merge(decode(ALERTS, raw.value or b""))
         except Exception as exc:
@@ -281,6 +280,19 @@ class Join(Shards):
             return
         if alerts:
             await self.publish(Result(alerts=alerts), raw)
+
+    def _read_mark(self, value: bytes) -> tuple[int, int | None, bool]:
+        """A mark as a shard wrote it, or ValueError: a shard number this group does not
+        have would count towards "every shard has said where it is"."""
+        m = json.loads(value)
+        source, wm, final = m["mark"], m["watermark"], m["final"]
+        if type(source) is not int or not 0 <= source < self.partitions:
+            raise ValueError(f"mark from shard {source!r}: this group has {self.partitions}")
+        if wm is not None and type(wm) is not int:
+            raise ValueError(f"watermark {wm!r} is not epoch milliseconds")
+        if type(final) is not bool:
+            raise ValueError(f"final {final!r} is not true or false")
+        return source, wm, final
 
     async def flush_all(self) -> None:
         """Input is quiet: process everything buffered and close every minute seen."""

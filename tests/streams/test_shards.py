@@ -4,6 +4,7 @@ final alerts, and one partitioner for the shards and every producer."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -12,7 +13,15 @@ from benchmarks.worker_inproc import Capture, Msg
 from gpugap.kafka.consume import RawMessage
 from producers.slurm.wire import partition_for as wire_partition_for
 from schemas import decode
-from schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
+from schemas.topics import (
+    ALERTS,
+    ALLOCATIONS,
+    DEAD_LETTER,
+    K8S_PODS,
+    MINUTES,
+    SAMPLES,
+    SLURM_JOBS,
+)
 from streams.checkpoint import keep_restored, start_offset
 from streams.core import CoreConfig
 from streams.join import Join, partition_for
@@ -93,3 +102,29 @@ def test_restored_points_stay_until_read_past_and_keep_their_taken_offsets() -> 
     assert points["t:2"] == 7
     assert start_offset({0: {"t:0": 100}, 1: {"t:0": [80, [81]]}}, "t:0", [0, 1]) == 80
     assert start_offset({0: {"t:0": 100}, 1: {}}, "t:0", [0, 1]) is None
+
+
+def test_a_mark_that_is_not_one_of_the_groups_shards_is_a_dead_letter() -> None:
+    async def go() -> tuple[Any, list[str]]:
+        out = Capture()
+        join = Join(out, "", CFG, partitions=3, episodes_topic="episodes")
+        join.restore({}, [0])
+        bad = [
+            {"mark": 7, "watermark": 1, "final": True},  # no shard 7 in a group of 3
+            {"mark": 1, "watermark": "soon", "final": False},
+            {"mark": 2, "watermark": 5, "final": "false"},
+        ]
+        for i, m in enumerate(bad):
+            raw = RawMessage("episodes", 0, i, b"mark", json.dumps(m).encode())
+            await join.ingest(("episodes", 0), raw)
+        good = {"mark": 1, "watermark": 5, "final": False}
+        raw = RawMessage("episodes", 0, 3, b"mark", json.dumps(good).encode())
+        await join.ingest(("episodes", 0), raw)
+        dead = [
+            decode(DEAD_LETTER, v).reason for t, _, v, _ in out.messages if t == DEAD_LETTER.name
+        ]
+        return join.shards[0].state.get("marks"), dead
+
+    marks, dead = asyncio.run(go())
+    assert len(dead) == 3 and all("not an idle episode or mark" in r for r in dead), dead
+    assert marks == {"1": [5, False]}  # only the good one counts
