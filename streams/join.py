@@ -16,11 +16,14 @@ The state is split into shards, one per partition of ``gpu.samples.v1`` (keyed b
   every shard needs them: every worker reads every partition of ``slurm.jobs.v1`` and
   ``k8s.pods.v1`` (a Kafka Streams GlobalKTable), and each shard keeps what is its own; the
   owner of a node publishes its allocation events on ``gpu.allocations.v1``;
-- a node's idle alert goes to the shard that merges its allocation: directly when this worker
-  owns it, else over ``<group>-idle-episodes`` (keyed by allocation, partitioned like the
-  samples). Each shard also sends every merger its watermark (a **mark**) over the same
-  path, in order after its alerts, so a merger resolves an episode only once every shard
-  has passed the point where a node could still join it.
+- a node's idle alert goes to the shard that merges its allocation over
+  ``<group>-idle-episodes`` (keyed by allocation, partitioned like the samples), even when
+  this worker owns that shard: the merger's input is then a topic it restores its position
+  in, so a worker killed between storing one shard and the next loses nothing (a direct
+  hand-over would live only in the merger's state). Each shard also sends every merger its
+  watermark (a **mark**) the same way, in order after its alerts, so a merger resolves an
+  episode only once every shard has passed the point where a node could still join it.
+  With no episodes topic (one process owning every shard) both are handed over directly.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ log = logging.getLogger(__name__)
 INPUTS = (SAMPLES, SLURM_JOBS, K8S_PODS)
 #: read by every worker, whole (the scheduler events)
 GLOBAL_INPUTS = (SLURM_JOBS, K8S_PODS)
-#: marks go to remote mergers at most this often (local ones on every drain)
+#: marks go over the episodes topic at most this often (direct ones on every drain)
 MARK_INTERVAL_S = 0.2
 #: a buffer this large is drained regardless of the frontier (bounded memory)
 MAX_BUFFERED = 500_000
@@ -217,13 +220,17 @@ class Join(Shards):
                     alerts.append(a)
                     continue
                 m = self.part(a.allocation_id)
-                merger = self.shards.get(m)
+                merger = self._direct(m)
                 if merger is not None:
                     alerts += merger.merge(a)
                 else:
                     await self._send_episode(m, a.allocation_id.encode(), encode(a))
             res.alerts = alerts
         await self.publish(res, raw)
+
+    def _direct(self, shard: int) -> Processor | None:
+        """The merger to hand over to directly: only with no episodes topic (see above)."""
+        return self.shards.get(shard) if self.episodes_topic is None else None
 
     async def _send_episode(self, shard: int, key: bytes, value: bytes) -> None:
         if self.episodes_topic is None:
@@ -236,7 +243,7 @@ class Join(Shards):
         await self._marks(final=extra_ms > 0)
 
     async def _marks(self, *, final: bool) -> None:
-        """Every shard here tells every merger where it is (remote ones now and then)."""
+        """Every shard here tells every merger where it is (over the topic now and then)."""
         if final:
             self._quiet = True
         elif self._quiet:
@@ -248,7 +255,7 @@ class Join(Shards):
         for s, proc in self.shards.items():
             wm = proc.watermark(extra)
             for t in range(n):
-                merger = self.shards.get(t)
+                merger = self._direct(t)
                 if merger is not None:
                     if alerts := merger.mark(s, wm, final, n):
                         await self.publish(Result(alerts=alerts), None)

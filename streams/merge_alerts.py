@@ -7,6 +7,13 @@ join or report, and resolves when every node's episode has resolved. Its id is
 ``idle_gpu/<allocation>/<episode start>``: deterministic, so a replay never opens it twice.
 (If a node whose run began earlier reports after the alert opened, the start moves back and
 the id stays.)
+
+With the state split over shards, a node's shard and its allocation's merger checkpoint
+apart: a node's shard restored from its checkpoint sends its alerts again, which the merger
+may already have merged and resolved. The merger keeps the last episodes it resolved per
+allocation (``done``); a node episode that starts inside one is that replay, not a new one.
+A real one cannot come that late: an episode resolves only once every shard is past the
+point where a run starting before its end would have been reported.
 """
 
 from __future__ import annotations
@@ -18,14 +25,22 @@ from schemas.models import Alert
 from schemas.types import AlertKind, AlertState, format_utc
 from streams.state import Merged
 
+#: resolved episodes kept per allocation, and for how long (event time) past their end
+DONE_KEPT = 4
+DONE_KEPT_MS = 24 * 3600 * 1000
+
 
 def episode_start(alert: Alert) -> str:
     return alert.alert_id.rsplit("/", 1)[1]
 
 
 class AlertMerger:
-    def __init__(self, state: dict[str, Merged] | None = None) -> None:
+    def __init__(
+        self, state: dict[str, Merged] | None = None, done: dict[str, list[list[str]]] | None = None
+    ) -> None:
         self.state: dict[str, Merged] = state if state is not None else {}
+        #: allocation id -> [start, end] of the episodes it last resolved
+        self.done: dict[str, list[list[str]]] = done if done is not None else {}
 
     def feed(self, alert: Alert) -> list[Alert]:
         if alert.kind is not AlertKind.IDLE_GPU or alert.allocation_id is None:
@@ -33,6 +48,8 @@ class AlertMerger:
         aid = alert.allocation_id
         node = alert.nodes[0] if alert.nodes else ""
         start = episode_start(alert)
+        if any(s <= start <= e for s, e in self.done.get(aid, ())):
+            return []  # a restored node shard sends again what this merger has resolved
         out: list[Alert] = []
         m = self.state.get(aid)
         if m is not None and m["pending"] and start > m["end"]:
@@ -75,6 +92,10 @@ class AlertMerger:
         """Resolve merged episodes no idle run can join any more (``need_ms``: the idle
         minutes of each allocation's class, in ms)."""
         out = []
+        for aid in [
+            a for a, d in self.done.items() if ms(parse_utc(d[-1][1])) + DONE_KEPT_MS < watermark_ms
+        ]:
+            del self.done[aid]
         for aid in sorted(self.state):
             m = self.state[aid]
             end_ms = ms(parse_utc(m["end"]))
@@ -84,6 +105,9 @@ class AlertMerger:
 
     def _resolve(self, aid: str, time: datetime | None) -> Alert:
         m = self.state.pop(aid)
+        done = self.done.setdefault(aid, [])
+        done.append([m["start"], m["end"]])
+        del done[:-DONE_KEPT]
         last = Alert.model_validate(m["last"])
         if time is not None and time > last.time:
             last = last.model_copy(update={"time": time})
@@ -94,9 +118,17 @@ class AlertMerger:
         gpus = sorted({g for x in nodes.values() for g in x["gpus"]})
         start, end = parse_utc(m["start"]), parse_utc(m["end"])
         resolved = state is AlertState.RESOLVED
+        # the merged alert's time never goes back: shards run at different speeds, so a
+        # node's report can be older than one merged before it, and a RESOLVED record
+        # older than the UPDATE before it would leave the alert open in v_alerts
+        time = a.time
+        if (prev := m.get("time")) is not None:
+            time = max(time, parse_utc(prev))
+        m["time"] = format_utc(time)
         minutes = int((end - start).total_seconds() // MINUTE_S) if resolved else a.idle_minutes
         return a.model_copy(
             update={
+                "time": time,
                 "alert_id": f"idle_gpu/{a.allocation_id}/{m.get('id', m['start'])}",
                 "state": state,
                 "opened_at": parse_utc(m["opened"]),

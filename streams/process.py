@@ -43,7 +43,7 @@ class Processor:
         self.cfg = config or CoreConfig()
         state = state or {"nodes": {}, "gangs": None, "max_ms": None, "merge": {}}
         self.state = state
-        self.merger = AlertMerger(state.setdefault("merge", {}))
+        self.merger = AlertMerger(state.setdefault("merge", {}), state.setdefault("merged", {}))
         self.cores = {k: NodeCore(v, self.cfg) for k, v in state["nodes"].items()}
         self.gangs = GangTracker(state["gangs"], lateness_ms=self.cfg.alert_lateness_ms)
         state["gangs"] = self.gangs.state

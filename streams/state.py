@@ -173,6 +173,7 @@ class Merged(TypedDict):
     opened: NotRequired[str]
     #: the start its alert id was made from, once an earlier start came in after it opened
     id: NotRequired[str]
+    time: NotRequired[str]  # the latest time its alert has carried
 
 
 class ProcessorState(TypedDict):
@@ -180,6 +181,8 @@ class ProcessorState(TypedDict):
     gangs: GangsState | None  # None only until the Processor has built its tracker
     max_ms: int | None
     merge: NotRequired[dict[str, Merged]]  # allocation id -> its merged episode
+    #: allocation id -> [start, end] of its last resolved episodes (replays are dropped)
+    merged: NotRequired[dict[str, list[list[str]]]]
     #: shard -> [its last watermark (None: it holds no node), final], for the merger
     marks: NotRequired[dict[str, list[Any]]]
     sources: NotRequired[int]  # how many shards send marks

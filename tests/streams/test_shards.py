@@ -13,6 +13,7 @@ from benchmarks.worker_inproc import Capture, Msg
 from gpugap.kafka.consume import RawMessage
 from producers.slurm.wire import partition_for as wire_partition_for
 from schemas import decode
+from schemas.clock import ms
 from schemas.topics import (
     ALERTS,
     ALLOCATIONS,
@@ -22,11 +23,15 @@ from schemas.topics import (
     SAMPLES,
     SLURM_JOBS,
 )
+from schemas.types import AlertState
 from streams.checkpoint import keep_restored, start_offset
 from streams.core import CoreConfig
 from streams.join import Join, partition_for
 from streams.process import Processor
 from tests.bi.demo_data import simulate
+from tests.streams.helpers import T, slurm
+from tests.streams.test_idle import CFG as IDLE
+from tests.streams.test_idle import by_minute
 
 INPUTS = {SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name}
 CFG = CoreConfig(max_future_ms=None, max_past_ms=None)
@@ -128,3 +133,57 @@ def test_a_mark_that_is_not_one_of_the_groups_shards_is_a_dead_letter() -> None:
     marks, dead = asyncio.run(go())
     assert len(dead) == 3 and all("not an idle episode or mark" in r for r in dead), dead
     assert marks == {"1": [5, False]}  # only the good one counts
+
+
+def test_a_restored_node_shard_sending_its_alerts_again_does_not_open_them_again() -> None:
+    """A node's shard and its allocation's merger checkpoint apart: after a restart the node
+    shard sends again alerts the merger has merged and resolved. They are a replay, not a
+    second episode (a second alert with the first one's id would reopen it for good)."""
+    node = Processor(IDLE)
+    alerts = list(node.step(slurm("1", "start", "10:00:00", (0,))).alerts)
+    for s in by_minute({0: [0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.5]}):
+        alerts += node.step(s).alerts
+    alerts += node.advance(120_000, merge=False).alerts
+    assert alerts[0].state is AlertState.OPEN
+    assert alerts[-1].state is AlertState.RESOLVED
+    merger = Processor(IDLE)
+    first = [m for a in alerts for m in merger.merge(a)]
+    first += merger.mark(0, ms(T("10:30:00")), False, 1)
+    assert first[-1].state is AlertState.RESOLVED
+    assert merger.merger.state == {}
+    replay = [m for a in alerts for m in merger.merge(a)] + merger.mark(0, 0, False, 1)
+    assert replay == []
+    # a later episode of the same allocation is a new alert
+    later = alerts[0].model_copy(
+        update={"alert_id": alerts[0].alert_id.rsplit("/", 1)[0] + "/2026-11-02T10:40:00.000Z"}
+    )
+    again = merger.merge(later)
+    assert [(a.state, a.alert_id.rsplit("/", 1)[1]) for a in again] == [
+        (AlertState.OPEN, "2026-11-02T10:40:00.000Z")
+    ]
+
+
+def test_a_merged_alerts_time_never_goes_back_when_a_slower_shard_reports() -> None:
+    """Node n2's shard runs ahead of n1's: n2's reports reach the merger first. The merged
+    RESOLVED record must not be older than an UPDATE before it (v_alerts takes the latest)."""
+    acts = {
+        "n1": [0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.5],
+        "n2": [0.5, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5],
+    }
+    reports = {}
+    for name, a in acts.items():
+        node = Processor(IDLE)
+        out = list(node.step(slurm("1", "start", "10:00:00", (0,), node=name)).alerts)
+        for s in by_minute({0: a}):
+            out += node.step(s.model_copy(update={"node": name})).alerts
+        out += node.advance(120_000, merge=False).alerts
+        reports[name] = out
+    assert reports["n1"][-1].time < reports["n2"][-1].time
+    merger = Processor(IDLE)
+    sent = [m for name in ("n2", "n1") for a in reports[name] for m in merger.merge(a)]
+    sent += merger.mark(0, ms(T("10:40:00")), False, 1)
+    assert {a.alert_id for a in sent} == {sent[0].alert_id}
+    assert sent[-1].state is AlertState.RESOLVED
+    assert sent[-1].nodes == ("n1", "n2")
+    times = [a.time for a in sent]
+    assert times == sorted(times)
