@@ -4,7 +4,8 @@ One agent, ``join``, reads ``gpu.samples.v1``, ``slurm.jobs.v1`` and ``k8s.pods.
 ``concurrency=1`` (faust-streaming #606: more can commit past in-flight messages) in batches
 (``noack_take``), and hands them to the runner-independent :class:`streams.join.Join` (decode,
 event-time merge, the pure core, publish). Faust's windowed tables are not used (they expire
-windows on the wall clock); the core's state lives in one changelog-backed table instead.
+windows on the wall clock), nor are its tables: the core's state lives in a compacted topic
+of the worker's own, ``<group>-state-changelog``, one partition per shard.
 
 How records are checked, checkpointed and handed over in rebalances: ``streams.faust_runner``.
 """
@@ -21,12 +22,11 @@ import faust
 
 from gpugap.settings import KafkaSettings, Settings
 from schemas.errors import FatalError
-from streams.faust_runner import AppOptions, Runner, episodes_topic
+from streams.faust_runner import AppOptions, Runner, episodes_topic, state_topic
 from streams.join import INPUTS
 
 __all__ = ["AppOptions", "Runner", "create_app", "run"]
 
-STATE_TABLE = "state"
 
 app: faust.App  # for ``faust -A streams.app``: built from the environment on first access
 
@@ -39,13 +39,11 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         broker=[f"kafka://{h.strip()}" for h in kafka.bootstrap.split(",") if h.strip()],
         broker_credentials=_credentials(kafka),
         store="memory://",
-        # the tables live in memory and in their changelogs: nothing worth a folder in the
-        # working directory (Faust's default), so its scratch folder goes under the temp dir
+        # no tables: nothing worth a folder in the working directory (Faust's default), so
+        # its scratch folder goes under the temp dir
         datadir=os.path.join(_scratch(), "{conf.name}"),
         autodiscover=False,
         topic_partitions=1,
-        # restores read the changelog itself (Runner._ready): a standby copy in memory would
-        # only make every worker read every other worker's shards
         table_standby_replicas=0,
         topic_allow_declare=True,
         broker_max_poll_records=opts.max_records,
@@ -67,18 +65,9 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         web_in_thread=False,
     )
     runner = Runner(app, kafka, opts)
-    runner.table = app.Table(
-        STATE_TABLE,
-        default=None,
-        partitions=opts.partitions,  # one changelog partition per shard
-        key_type=bytes,  # bytes -> the "raw" codec, on writes and on recovery alike
-        value_type=bytes,
-        use_partitioner=True,
-        help="the core's state, per shard: one record per node plus its meta record",
-    )
-    # the samples and the mergers' input, co-partitioned with the table's changelog (Faust
-    # assigns the partitions of one number together); the scheduler topics are read whole
-    # by every worker (``Runner._pull_globals``)
+    # Faust splits the samples over the group (a shard per partition); the scheduler
+    # topics and the shards' episodes partitions are read outside the group
+    # (``Runner._pull_globals``), the state topic by whoever restores a shard
     topic = app.topic(
         *sorted(runner.inputs), key_type=bytes, value_type=bytes, value_serializer="raw"
     )
@@ -177,7 +166,10 @@ async def _shards(kafka: KafkaSettings, group: str) -> int:
     shards = counts[inputs[0]]
     episodes = episodes_topic(kafka, group)
     await ensure_topics(kafka, [episodes], partitions=shards)
-    changelog = f"{app_id}-{STATE_TABLE}-changelog"
+    changelog = state_topic(kafka, group)
+    await ensure_topics(
+        kafka, [changelog], partitions=shards, configs={"cleanup.policy": "compact"}
+    )
     found = await partition_counts(kafka, [episodes, changelog])
     for name in (episodes, changelog):
         if found.get(name, shards) != shards:

@@ -2,7 +2,7 @@
 
 No loss, no double counting:
 - events are acked only at a checkpoint, after the outputs they produced were acknowledged
-  by the broker and the state that includes them was written to the table's changelog;
+  by the broker and the state that includes them was written to the state topic;
   Faust commits acked offsets only;
 - the snapshot carries the input offsets it covers, so after a restart the events between
   Faust's last commit and the snapshot are skipped instead of being applied twice;
@@ -56,8 +56,14 @@ class AppOptions:
 
 
 def episodes_topic(kafka: KafkaSettings, group: str) -> str:
-    """Where a shard sends idle alerts and marks to the mergers of other workers' shards."""
+    """Where a shard sends idle alerts and marks to the mergers (partition = merger)."""
     return f"{kafka.topic_prefix}{group}-idle-episodes"
+
+
+def state_topic(kafka: KafkaSettings, group: str) -> str:
+    """The shards' checkpoints (partition = shard), compacted. Named as the Faust table's
+    changelog it replaces, so a group's stored state outlives the change."""
+    return f"{kafka.topic_prefix}{group}-state-changelog"
 
 
 class Runner:
@@ -72,10 +78,11 @@ class Runner:
         self.episodes = episodes_topic(kafka, opts.group)
         self.join = self._new_join()
         self.join.stats.stale_after_s = opts.healthz_stale_s
-        #: what Faust delivers (partitioned over the group), and what every worker reads
-        self.inputs = {self.samples, self.episodes}
+        #: what Faust delivers (partitioned over the group); what every worker reads whole;
+        #: and the mergers' input, read for the shards this worker owns (partition = shard)
+        self.inputs = {self.samples}
         self.globals = {t.qualified(kafka.topic_prefix) for t in GLOBAL_INPUTS}
-        self.table: Any = None
+        self.state_topic = state_topic(kafka, opts.group)
         self.lock = asyncio.Lock()
         self._filler: Any = None  # our own consumer for offsets Faust skipped
         self._side: Any = None  # our own consumer of the scheduler topics (all partitions)
@@ -107,12 +114,7 @@ class Runner:
             return
         await self.pub.start()
         shards = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.samples}
-        # read back from the changelog itself, not Faust's table: the table only sees what
-        # its recovery read, and a worker that keeps a shard through a rebalance is not
-        # recovered again, so its table lacks the state stored since (a test caught one
-        # going back from offset 450 to 200 and counting the records between twice)
-        topic = self.table.changelog_topic.get_topic_name()
-        records = await read_latest(self.kafka, topic, shards)
+        records = await read_latest(self.kafka, self.state_topic, shards)
         restored = self.join.restore(records, shards)
         if restored:
             log.info("restored shard(s) %s at offsets %s", sorted(restored), restored)
@@ -125,8 +127,12 @@ class Runner:
         self.ready = True
 
     async def _seek_globals(self, restored: dict[int, Points]) -> None:
-        """Every worker reads every scheduler partition: from the lowest point its shards'
-        states hold (a shard skips what its own state already has)."""
+        """Every worker reads every scheduler partition, from the lowest point its shards'
+        states hold (a shard skips what its own state already has), and the episodes
+        partition of each shard it owns, from that shard's point. Not through Faust: its
+        assignor hands a worker the episodes partitions of other numbers than its samples'
+        when no table ties them, and a table's recovery can hang a rebalance for good (a
+        test caught one waiting minutes for changelog records it had already been sent)."""
         from aiokafka import AIOKafkaConsumer
         from aiokafka.structs import TopicPartition
 
@@ -135,9 +141,11 @@ class Runner:
             await self._side.start()
         counts = await partition_counts(self.kafka, sorted(self.globals))
         tps = [TopicPartition(t, p) for t, n in sorted(counts.items()) for p in range(n)]
-        self._side.assign(tps)
-        for tp in tps:
-            offset = start_offset(restored, f"{tp.topic}:{tp.partition}", self.join.shards)
+        mergers = [TopicPartition(self.episodes, s) for s in sorted(self.join.shards)]
+        self._side.assign(tps + mergers)
+        for tp in tps + mergers:
+            shards = [tp.partition] if tp.topic == self.episodes else self.join.shards
+            offset = start_offset(restored, f"{tp.topic}:{tp.partition}", shards)
             if offset is None:
                 await self._side.seek_to_beginning(tp)
                 offset = (await self._side.beginning_offsets([tp]))[tp]
@@ -146,7 +154,9 @@ class Runner:
             self.start[tp] = offset
 
     async def _pull_globals(self) -> bool:
-        """Scheduler events fetched so far (no waiting); whether there were any."""
+        """Scheduler events and merger input fetched so far (no waiting); whether there
+        were scheduler events. The mergers' input is applied as it comes; only data makes a
+        worker busy (the marks of idle workers would otherwise keep waking each other)."""
         if self._side is None or not self.join.shards:
             return False
         got = False
@@ -154,14 +164,15 @@ class Runner:
             for m in msgs:
                 self.next[tp] = m.offset + 1
                 await self.join.ingest(tp, RawMessage.of(m))
-                got = True
+            got = got or (bool(msgs) and tp.topic != self.episodes)
         return got
 
     def _recovered(self) -> bool:
-        """The inputs are assigned and the table's changelog read (no rebalance going on).
+        """The inputs are assigned and Faust has resumed them (no rebalance going on).
 
-        Recovery's "completed" flag stays set from the first rebalance on; the input
-        partitions stay paused until recovery of the current one is done."""
+        Faust's recovery runs on every assignment even with no tables (it pauses the inputs
+        and seeks them to the committed offsets); its "completed" flag stays set from the
+        first rebalance on, and the inputs stay paused until the current one is done."""
         app = self.app
         recovery = app.tables.recovery  # type: ignore[attr-defined]
         if app.rebalancing or not recovery.completed.is_set():
@@ -175,7 +186,7 @@ class Runner:
         """A rebalance took input partitions away: store the state, then forget it.
 
         Whoever gets the partitions next (this worker again, or another) restores from the
-        table, so a worker never goes on from state that another one has moved past.
+        state topic, so a worker never goes on from state that another one has moved past.
         Nothing is acked here: Faust has dropped its bookkeeping for revoked partitions, and
         the stored offsets let the next owner skip what the state already holds."""
         if not self.ready or not any(tp.topic in self.inputs for tp in revoked):
@@ -213,14 +224,11 @@ class Runner:
                 self.expect[tp] = m.offset + 1
                 self.next[tp] = m.offset + 1
                 await self.join.ingest(tp, RawMessage.of(m), ev)
-            data = await self._pull_globals()
+            await self._pull_globals()
             self.join.stats.last_poll = time.monotonic()
-            # the mergers' input is applied as it comes; only data makes a worker busy (the
-            # marks of idle workers would otherwise keep waking each other)
-            if data or any(ev.message.topic != self.episodes for ev in events):
-                self.last_input = time.monotonic()
-                self.flushed = False
-                await self.join.drain(self.join.frontier(await self._lagging()))
+            self.last_input = time.monotonic()
+            self.flushed = False
+            await self.join.drain(self.join.frontier(await self._lagging()))
             if self._checkpoint_due():
                 await self.checkpoint()
 
@@ -271,13 +279,13 @@ class Runner:
             self.start.update(await self._start_offsets(unknown))
         lagging = []
         for tp in tps:
-            if frontier and tp.topic == self.episodes:
-                continue
             hw = consumer.highwater(tp)
             nxt = self.next.get(tp, self.start.get(tp, 0))
             if hw is None or nxt < hw:
                 lagging.append(tp)
         for tp in self._side.assignment() if self._side is not None else ():
+            if frontier and tp.topic == self.episodes:
+                continue
             hw = self._side.highwater(tp)
             if hw is None or self.next.get(tp, self.start.get(tp, 0)) < hw:
                 lagging.append(tp)
@@ -287,7 +295,7 @@ class Runner:
         """Per input partition read here: records the broker holds beyond those taken."""
         out = {}
         for tp, n in self.next.items():
-            side = tp.topic in self.globals and self._side is not None
+            side = tp.topic not in self.inputs and self._side is not None
             hw = (self._side if side else self.app.consumer).highwater(tp)
             out[f"{tp.topic}:{tp.partition}"] = max(0, (hw or 0) - n)
         return out
@@ -361,15 +369,10 @@ class Runner:
         """Outputs acknowledged, then the state that includes them; returns its points."""
         await self.pub.flush()
         points = self.join.resume_points(self.next)
-        # written to the table's changelog by our own producer and awaited: Faust's table
-        # writes are queued in its producer buffer, and a SIGKILL showed Faust committing
-        # offsets whose state had not reached the changelog. Faust still recovers the
-        # table from this topic on start (the restore reads it back from there); a shard's
-        # records go to the changelog partition of its number, which Faust assigns together
-        # with the samples and episodes partitions of that number.
-        topic = self.table.changelog_topic.get_topic_name()
+        # written by our own producer and awaited before any ack; a shard's records go to
+        # the partition of its number, which the next owner of that samples partition reads
         for shard, key, value in self.join.snapshot(points):
-            await self.pub.send_raw(topic, key, value, partition=shard)
+            await self.pub.send_raw(self.state_topic, key, value, partition=shard)
         await self.pub.flush()
         self.join.snapshot_stored()
         return points
@@ -383,9 +386,9 @@ class Runner:
             # their recovery: /healthz must not call that stalled
             self.join.stats.last_poll = time.monotonic()
             # Faust's recovery "completed" flag is also set while the assignment is still
-            # empty, and a restore then finds an empty table (a SIGKILL test caught a
+            # empty, and a restore then finds no shards (a SIGKILL test caught a
             # restarted worker starting from nothing): restore here only once the inputs
-            # are assigned and their changelog read. Waiting for the agent's first batch
+            # are assigned and resumed. Waiting for the agent's first batch
             # instead hangs a worker with nothing left to read (killed right after a
             # checkpoint that covered every input): it never flushes, never stops when idle.
             if not self._recovered():

@@ -227,7 +227,7 @@ def test_clients_without_the_right_ca_or_certificate_are_refused(
 def test_workers_run_over_mutual_tls(
     kafka_tls: KafkaSettings, kafka_tls_broker: TlsBroker, engine: str
 ) -> None:
-    """Every client a worker makes (Faust's consumer, producer and changelog; the asyncio
+    """Every client a worker makes (Faust's consumer and producer, and its own; the asyncio
     worker's consumer, admin and state topic; the publisher) reaches the mTLS listener:
     one without the TLS context could not connect at all."""
     from benchmarks.topics import create_topics as create_worker_topics
@@ -268,12 +268,12 @@ def test_workers_run_over_mutual_tls(
         asyncio.run(asyncio.wait_for(work(), 120))
     minutes = asyncio.run(read_topic(kafka_tls, MINUTES, 1))
     assert any(m.allocation_id is not None for m in minutes)  # samples joined to jobs
-    # the state written (Faust: the table's changelog, by Faust's own producer)
+    # the state written (Faust: the state topic, by the worker's own producer)
     assert _state_records(kafka_tls) > 0
 
 
 def _state_records(kafka: KafkaSettings) -> int:
-    """Records in the worker's state topic (the Faust table's changelog, or the asyncio
+    """Records in the worker's state topic (Faust's <group>-state-changelog, or the asyncio
     worker's snapshot topic), read over TLS."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient

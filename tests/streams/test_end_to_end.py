@@ -221,7 +221,9 @@ def test_faust_worker_rebalanced_gives_the_same_totals_and_alerts(
             [
                 *base,
                 *("--http", f"127.0.0.1:{second_port}"),
-                *("--idle-flush", "1", "--idle-timeout", "3"),
+                # the rebalance may give it the samples: it reads them to the end within
+                # the checks below, and must still be there for them
+                *("--idle-flush", "1", "--idle-timeout", "12"),
             ],
             env=env,
         )
