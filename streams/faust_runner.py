@@ -294,9 +294,17 @@ class Runner:
     def lag(self) -> dict[str, int]:
         """Per input partition read here: records the broker holds beyond those taken."""
         out = {}
+        # only what is assigned now: asking a consumer about another partition fails (a
+        # clean-clone run's /metrics answered 500 between a rebalance and the revoke)
+        faust = set(self.app.consumer.assignment())
+        side = set(self._side.assignment()) if self._side is not None else set()
         for tp, n in self.next.items():
-            side = tp.topic not in self.inputs and self._side is not None
-            hw = (self._side if side else self.app.consumer).highwater(tp)
+            if tp in side:
+                hw = self._side.highwater(tp)
+            elif tp in faust:
+                hw = self.app.consumer.highwater(tp)
+            else:
+                continue
             out[f"{tp.topic}:{tp.partition}"] = max(0, (hw or 0) - n)
         return out
 
