@@ -81,16 +81,27 @@ def _worker(args: argparse.Namespace) -> int:
         args.samples,
         repeats=args.repeats,
         duration=args.duration,
-        live_nodes=args.live_nodes,
+        live_nodes=args.live_nodes or 200,
         engines=args.engines.split(","),
         profile=args.profile,
     )
 
 
+#: the ``scale`` estate's size (1,350 8-GPU nodes), at real time over 2 workers
+SCALE_LIVE_NODES = 1350
+
+
 def _scale(args: argparse.Namespace) -> int:
+    """Throughput of 1 and 2 workers beside the pass-through; then, unless ``--duration 0``,
+    the latency and lag of 2 workers at the ``scale`` estate's real-time load."""
+    from benchmarks.worker_latency import bench_latency
     from benchmarks.worker_scale import main
 
-    return main(args.samples, min(args.repeats, 3))
+    code = main(args.samples, min(args.repeats, 3))
+    if args.duration:
+        nodes = args.live_nodes or SCALE_LIVE_NODES
+        bench_latency(args.duration, nodes, "faust", workers=2)
+    return code
 
 
 def _alerts(args: argparse.Namespace) -> int:
@@ -98,7 +109,7 @@ def _alerts(args: argparse.Namespace) -> int:
     from benchmarks.worker_latency import bench_latency
 
     engine = args.engines.split(",")[0]
-    bench_latency(args.duration, args.live_nodes, engine, alertmanager=True)
+    bench_latency(args.duration, args.live_nodes or 200, engine, alertmanager=True)
     return 0
 
 
@@ -130,10 +141,12 @@ def parser() -> argparse.ArgumentParser:
         "--duration",
         type=float,
         default=300.0,
-        help="worker, alerts: latency run, seconds (0 = none)",
+        help="worker, alerts, scale: latency run, seconds (0 = none)",
     )
     p.add_argument(
-        "--live-nodes", type=int, default=200, help="worker, alerts: 8-GPU nodes every 10 s"
+        "--live-nodes",
+        type=int,
+        help="worker, alerts: 8-GPU nodes every 10 s (default 200; scale: 1,350 over 2 workers)",
     )
     p.add_argument(
         "--engines", default="faust,asyncio", help="worker: engines to measure (alerts: the first)"

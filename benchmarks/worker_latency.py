@@ -12,7 +12,12 @@ Measured, for what became due during the live part:
   queryable in ClickHouse, polled every second) - (the end of its minute); it waits the
   allowed lateness (120 s) by design, plus the sink's batch;
 - an idle alert: (when the OPEN record arrived on ``alerts.v1`` / was first queryable) -
-  ``opened_at`` (the event time its threshold was crossed); it waits the alert lateness (30 s).
+  ``opened_at`` (the event time its threshold was crossed); it waits the alert lateness (30 s);
+- the workers' lag: records on their input partitions not taken yet (``gpugap_worker_lag``
+  summed over the workers, read every second during the live part).
+
+With ``workers`` > 1 (Faust), the topics get that many partitions and the workers share one
+group (``python -m benchmarks scale``: the ``scale`` estate's 1,350 nodes over 2 workers).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.worker import stop
+from benchmarks.worker import metrics, stop
 from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import free_port
 from gpugap.settings import ClickHouseSettings, KafkaSettings
@@ -59,6 +64,18 @@ class Seen:
     alerts_topic: list[float] = field(default_factory=list)
     alerts_table: list[float] = field(default_factory=list)
     alerts_alertmanager: list[float] = field(default_factory=list)
+    #: (when, records) every second, summed over the workers
+    lag: list[tuple[float, float]] = field(default_factory=list)
+
+    def live_lag(self, tick: int) -> tuple[float | None, list[float]]:
+        """Seconds until the workers first had less than a tick's records (``tick``) left
+        of the history published first, and the lag from then on."""
+        behind = next((i for i, (_, n) in enumerate(self.lag) if n >= tick), 0)
+        for i in range(behind, len(self.lag)):
+            if self.lag[i][1] < tick:
+                return self.lag[i][0] - self.lag[0][0], [n for _, n in self.lag[i:]]
+        return None, []
+
     #: alert_id -> opened_at (epoch s) of the idle alerts that opened during the live part
     opened: dict[str, float] = field(default_factory=dict)
 
@@ -233,10 +250,25 @@ async def watch_alertmanager(url: str, seen: Seen, stop: asyncio.Event) -> None:
         await asyncio.sleep(1.0)
 
 
-def _row(label: str, xs: list[float]) -> str:
+async def watch_lag(ports: list[int], seen: Seen, stop: asyncio.Event) -> None:
+    """Every second: the records the workers' input partitions hold beyond what they took."""
+    while not stop.is_set():
+        try:
+            ms = await asyncio.gather(*(asyncio.to_thread(metrics, p) for p in ports))
+        except OSError:  # a worker between a rebalance and its next answer: next second
+            ms = []
+        if ms:
+            lag = [v for m in ms for k, v in m.items() if k.startswith("gpugap_worker_lag{")]
+            seen.lag.append((time.time(), sum(lag)))
+        await asyncio.sleep(1.0)
+
+
+def _row(label: str, xs: list[float], unit: str = "s") -> str:
     if not xs:
         return f"{label:<36} {0:>7}      -        -        -"
     q = statistics.quantiles(xs, n=100, method="inclusive") if len(xs) > 1 else xs * 99
+    if unit != "s":
+        return f"{label:<36} {len(xs):>7,} {q[49]:>9,.0f} {q[98]:>9,.0f} {max(xs):>9,.0f}"
     return f"{label:<36} {len(xs):>7,} {q[49]:>7.1f} s {q[98]:>7.1f} s {max(xs):>7.1f} s"
 
 
@@ -247,12 +279,14 @@ async def _run(
     live_start: float,
     end: float,
     *,
+    worker_ports: list[int],
     alertmanager: str | None = None,
 ) -> Seen:
     seen, stop = Seen(), asyncio.Event()
     watchers = [
         asyncio.create_task(watch_alerts(kafka, live_start, seen, stop)),
         asyncio.create_task(watch_tables(ch, live_start, seen, stop)),
+        asyncio.create_task(watch_lag(worker_ports, seen, stop)),
     ]
     if alertmanager is not None:
         watchers.append(asyncio.create_task(watch_alertmanager(alertmanager, seen, stop)))
@@ -271,10 +305,14 @@ def bench_latency(
     engine: str,
     interval_s: int = 10,
     *,
+    workers: int = 1,
     alertmanager: bool = False,
 ) -> list[str]:
-    """``alertmanager``: also a real Alertmanager and ``gpugap notify alertmanager`` (from a
+    """``workers``: Faust workers of one group, over topics of as many partitions.
+    ``alertmanager``: also a real Alertmanager and ``gpugap notify alertmanager`` (from a
     source checkout: built like the tests build it), and when each alert shows in its API."""
+    if workers > 1 and engine != "faust":
+        raise ValueError("several workers of one group: the Faust engine")
     from benchmarks.topics import create_topics
     from gpugap.services.clickhouse.process import EmbeddedClickHouse
     from gpugap.services.kafka import LocalKafka
@@ -300,7 +338,7 @@ def bench_latency(
             kafka = KafkaSettings(
                 bootstrap=broker.bootstrap, topic_prefix=f"bl{uuid.uuid4().hex[:8]}."
             )
-            asyncio.run(create_topics(kafka, list(TOPICS)))
+            asyncio.run(create_topics(kafka, list(TOPICS), workers))
             env = {
                 **os.environ,
                 "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
@@ -310,17 +348,20 @@ def bench_latency(
                 "GPUGAP_LOG_LEVEL": "WARNING",
             }
             gpugap = [sys.executable, "-m", "gpugap"]
+            ports = [free_port() for _ in range(workers)]
             parts = [
-                ("worker", ["worker", "--engine", engine, "--http", f"127.0.0.1:{free_port()}"]),
-                ("sink", ["sink", "clickhouse"]),
+                (f"worker{i}", ["worker", "--engine", engine, "--http", f"127.0.0.1:{port}"])
+                for i, port in enumerate(ports)
             ]
+            parts.append(("sink", ["sink", "clickhouse"]))
             if am is not None:
                 env["GPUGAP_ALERTMANAGER_URLS"] = am.url
                 parts.append(("notify", ["notify", "alertmanager"]))
             for name, cmd in parts:
                 with open(Path(tmp) / f"{name}.log", "wb") as log:
                     procs.append(subprocess.Popen([*gpugap, *cmd], env=env, stdout=log, stderr=log))
-            time.sleep(5)  # both started (the worker catches up on the history anyway)
+            # all started, a group settled (a worker catches up on the history anyway)
+            time.sleep(5 if workers == 1 else 15)
             live_start = time.time()
             estate = Estate(nodes, live_start, duration_s, interval_s)
             seen = asyncio.run(
@@ -330,6 +371,7 @@ def bench_latency(
                     estate,
                     live_start,
                     live_start + duration_s,
+                    worker_ports=ports,
                     alertmanager=am.url if am is not None else None,
                 )
             )
@@ -344,9 +386,10 @@ def bench_latency(
             if am is not None:
                 am.close()
     rate = nodes * 8 / interval_s
+    who = f"{engine} worker" if workers == 1 else f"{workers} {engine} workers of one group"
     lines = [
         f"latency at a fixed load: {nodes} nodes x 8 GPUs every {interval_s} s "
-        f"({rate:,.0f} GPU samples/s), {len(estate.idle_from)} jobs going idle; {engine} worker "
+        f"({rate:,.0f} GPU samples/s), {len(estate.idle_from)} jobs going idle; {who} "
         f"+ sink + embedded ClickHouse; {duration_s:.0f} s live after {HISTORY_S // 60} min of "
         "history; lateness 120 s, alert lateness 30 s, sink batches <= 1 s",
         f"{'':<36} {'count':>7} {'p50':>9} {'p99':>9} {'max':>9}",
@@ -354,6 +397,13 @@ def bench_latency(
         _row("idle alert OPEN on alerts.v1", seen.alerts_topic),
         _row("idle alert OPEN queryable", seen.alerts_table),
     ]
+    caught_up, lag = seen.live_lag(nodes)
+    lines.append(_row("worker lag, records (every 1 s)", lag, unit="records"))
+    lines.append(
+        "  (the history caught up after "
+        + ("never" if caught_up is None else f"{caught_up:.0f} s")
+        + "; the lag from then on)"
+    )
     if alertmanager:
         lines.append(_row("idle alert active in Alertmanager", seen.alerts_alertmanager))
     print("\n".join(lines), flush=True)

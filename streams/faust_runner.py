@@ -89,6 +89,10 @@ class Runner:
         self.last_input = time.monotonic()
         self.last_checkpoint = time.monotonic()
         self.stopping = False
+        #: the generation whose partitions were last revoked, and the one the Join's shards
+        #: were restored in: a Join holds the shards of one assignment only
+        self.revoked_generation: int | None = None
+        self.ready_generation: int | None = None
         self._forget()
 
     def _forget(self) -> None:
@@ -120,6 +124,7 @@ class Runner:
             log.info("restored shard(s) %s at offsets %s", sorted(restored), restored)
             self.flushed = False  # a restored state may hold minutes only a flush closes
         await self._seek_globals(restored)
+        self.ready_generation = self.app.consumer_generation_id
         # an assignment is work: in a group that winds down with --idle-timeout, a worker
         # idle since before it was handed another's shards must not exit before their
         # mergers' input (marks still on the way) is read
@@ -189,15 +194,21 @@ class Runner:
         state topic, so a worker never goes on from state that another one has moved past.
         Nothing is acked here: Faust has dropped its bookkeeping for revoked partitions, and
         the stored offsets let the next owner skip what the state already holds."""
+        # set first, even with nothing restored: a batch of this generation that waited for
+        # the lock must not restore the old assignment afterwards
+        self.revoked_generation = self.app.consumer_generation_id
         if not self.ready or not any(tp.topic in self.inputs for tp in revoked):
             return
         async with self.lock:
             await self._store()
-            stats, dl = self.join.stats, self.join.dl
-            self.join = self._new_join()
-            self.join.stats, self.join.dl = stats, dl
-            self._forget()
+            self._drop_state()
             log.info("input partitions revoked: state stored, will restore on assignment")
+
+    def _drop_state(self) -> None:
+        stats, dl = self.join.stats, self.join.dl
+        self.join = self._new_join()
+        self.join.stats, self.join.dl = stats, dl
+        self._forget()
 
     async def on_batch(self, events: list[Any]) -> None:
         # events fetched before a rebalance: Faust seeks back to the committed offsets and
@@ -207,8 +218,19 @@ class Runner:
         if not events:
             return
         async with self.lock:
-            if self.app.consumer_generation_id != generation:
-                return  # a rebalance came while this batch waited for the lock
+            stale = self.app.consumer_generation_id != generation
+            if stale or generation == self.revoked_generation:
+                # a rebalance came while this batch waited for the lock. Restoring now
+                # would take the revoked assignment's shards: a clean-clone run restored
+                # [0, 3] between the revoke and the new assignment, was given 4, and
+                # dead-lettered its records (KeyError) while another worker also held 3
+                return
+            if self.ready and self.ready_generation != generation:
+                # not reached with Faust's eager rebalancing (every new generation revokes
+                # first); if it were, these shards may be another worker's by now: drop
+                # them unstored (the stored state and the offsets make up for it)
+                log.warning("assignment changed without a revoke: restoring again")
+                self._drop_state()
             await self._ready()
             new = {ev.message.tp for ev in events} - set(self.expect)
             if new:

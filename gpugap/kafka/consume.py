@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ from schemas.types import DeadLetterKind
 M = TypeVar("M", bound=Record)
 
 log = logging.getLogger(__name__)
+
+#: a dead letter is logged at most once a minute per kind (the topic holds each one): a
+#: producer that sends nothing but bad records must not flood the log, nor go unnoticed
+WARN_EVERY_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,8 @@ class DeadLetters:
         self.consumer = consumer
         self.topic_prefix = topic_prefix
         self.counts: Counter[str] = Counter()
+        self._warned_at: dict[str, float] = {}
+        self._unwarned: Counter[str] = Counter()
 
     async def decode(self, msg: RawMessage) -> Record | None:
         """The message's record, or None after dead-lettering it."""
@@ -80,7 +87,23 @@ class DeadLetters:
             consumer=self.consumer,
         )
         self.counts[kind.value] += 1
-        log.debug("dead-lettered %s[%s]@%s: %s", msg.topic, msg.partition, msg.offset, reason)
+        self._unwarned[kind.value] += 1
+        now = time.monotonic()
+        if now - self._warned_at.get(kind.value, -WARN_EVERY_S) >= WARN_EVERY_S:
+            log.warning(
+                "dead-lettered %d %s record(s) to %s%s (each with its reason), the latest "
+                "%s[%s]@%s: %r",
+                self._unwarned[kind.value],
+                kind.value,
+                self.topic_prefix,
+                DEAD_LETTER.name,
+                msg.topic,
+                msg.partition,
+                msg.offset,
+                reason[:300],
+            )
+            self._warned_at[kind.value] = now
+            self._unwarned[kind.value] = 0
         await self.publisher.send(DEAD_LETTER, record)
 
 

@@ -138,12 +138,6 @@ def test_three_workers_over_six_partitions_equal_the_truth(
         group.kill_all()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="flaky (issue 20 open): about 1 run in 10-20 still ends off the truth after the "
-    "SIGKILL; the last clean-clone failure had 7,222 records dead-lettered as 'rejected' by "
-    "one worker, cause not found yet (see the 2026-12-02 note)",
-)
 def test_a_fourth_worker_joins_and_one_is_killed_and_restarted(
     kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
 ) -> None:
