@@ -67,7 +67,8 @@ async def ensure_topics(
             return []
         created = await _create(admin, settings, missing, partitions, configs or {})
         if created:
-            await _wait_for_leaders(admin, created)
+            leaders = await _wait_for_leaders(admin, created)
+            await _wait_for_offsets(settings, leaders)
         return created
     except (KafkaError, TimeoutError, OSError) as exc:
         # unreachable, timed out: the client that needs the topics meets (and reports) it next
@@ -158,7 +159,9 @@ async def _broker_defaults(admin: Any) -> tuple[int, int]:
     )
 
 
-async def _wait_for_leaders(admin: Any, names: list[str]) -> None:
+async def _wait_for_leaders(admin: Any, names: list[str]) -> dict[str, int]:
+    """Wait until the metadata names a leader for every partition of ``names``; returns
+    topic -> partition count (empty if they did not get leaders in time)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + READY_TIMEOUT_S
     while loop.time() < deadline:
@@ -169,8 +172,31 @@ async def _wait_for_leaders(admin: Any, names: list[str]) -> None:
             and all(p.get("leader", -1) >= 0 for p in d["partitions"])
             for d in described
         ):
-            return
+            return {d["topic"]: len(d["partitions"]) for d in described}
         await asyncio.sleep(0.1)
+    return {}
+
+
+async def _wait_for_offsets(settings: KafkaSettings, partitions: Mapping[str, int]) -> None:
+    """Wait until the leaders answer ListOffsets for every new partition. KRaft publishes
+    a new partition's leader in the metadata a moment before that broker serves it, and a
+    consumer resetting its position meanwhile logs "Failed fetch offsets ...
+    NotLeaderForPartitionError" at ERROR (aiokafka's fetcher) before it retries; asking
+    here, through ``end_offsets``, retries the same answer quietly."""
+    if not partitions:
+        return
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import KafkaError
+
+    tps = [TopicPartition(t, p) for t, count in partitions.items() for p in range(count)]
+    consumer = AIOKafkaConsumer(**settings.client_options(), enable_auto_commit=False)
+    try:
+        await consumer.start()
+        await asyncio.wait_for(consumer.end_offsets(tps), READY_TIMEOUT_S)
+    except (KafkaError, TimeoutError) as exc:  # the client that needs them meets it next
+        log.debug("new topics' offsets not readable yet: %r", exc)
+    finally:
+        await consumer.stop()
 
 
 async def wait_for_coordinator(settings: KafkaSettings, group: str) -> None:
