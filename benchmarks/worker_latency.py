@@ -78,6 +78,8 @@ class Seen:
 
     #: alert_id -> opened_at (epoch s) of the idle alerts that opened during the live part
     opened: dict[str, float] = field(default_factory=dict)
+    #: OPEN records on alerts.v1 whose alert id had opened before (a replay: at-least-once)
+    reopened: int = 0
 
 
 def _uuid(node: int, gpu: int) -> str:
@@ -180,6 +182,7 @@ async def watch_alerts(kafka: KafkaSettings, since: float, seen: Seen, stop: asy
                     opened = a.opened_at.timestamp()
                     idle_open = a.kind is AlertKind.IDLE_GPU and a.state is AlertState.OPEN
                     if idle_open and opened >= since:
+                        seen.reopened += a.alert_id in seen.opened
                         seen.alerts_topic.append(now - opened)
                         seen.opened[a.alert_id] = opened
     finally:
@@ -395,6 +398,7 @@ def bench_latency(
         f"{'':<36} {'count':>7} {'p50':>9} {'p99':>9} {'max':>9}",
         _row("GPU-minute row queryable", seen.minutes),
         _row("idle alert OPEN on alerts.v1", seen.alerts_topic),
+        f"  ({len(seen.opened):,} alert ids; {seen.reopened:,} OPEN records repeat one)",
         _row("idle alert OPEN queryable", seen.alerts_table),
     ]
     caught_up, lag = seen.live_lag(nodes)

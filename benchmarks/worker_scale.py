@@ -42,8 +42,11 @@ async def publish(kafka: KafkaSettings, messages: list[Any]) -> None:
             await pub.send_raw(kafka.topic_prefix + topic, key, value, ts)
 
 
-def run_group(kafka: KafkaSettings, workers: int, messages: list[Any], expected: int) -> float:
-    """``workers`` Faust workers of one group over the records: GPU samples/s, summed."""
+def run_group(
+    kafka: KafkaSettings, workers: int, messages: list[Any], expected: int
+) -> tuple[float, float, float]:
+    """``workers`` Faust workers of one group over the records: (GPU samples/s summed, GPU
+    samples in the measured window, its seconds)."""
     env = {
         **os.environ,
         "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
@@ -75,7 +78,8 @@ def run_group(kafka: KafkaSettings, workers: int, messages: list[Any], expected:
                     raise RuntimeError("the workers kept up with the publisher: use more --samples")
                 first = (now, gpus)
             elif done >= expected:
-                return (gpus - first[1]) / (now - first[0])
+                seconds = now - first[0]
+                return (gpus - first[1]) / seconds, gpus - first[1], seconds
             time.sleep(0.1)
         raise RuntimeError(f"{workers} worker(s) did not finish")
     finally:
@@ -100,9 +104,13 @@ def main(samples: int = 100_000, repeats: int = 3) -> int:
                     kafka = KafkaSettings(
                         bootstrap=broker.bootstrap, topic_prefix=f"bs{uuid.uuid4().hex[:8]}."
                     )
-                    rate = run_group(kafka, n, messages, expected)
+                    rate, measured, seconds = run_group(kafka, n, messages, expected)
                     rates[f"{n} worker" + ("s" if n > 1 else "")].append(rate)
-                    print(f"  ({n} worker(s): {rate:,.0f} GPU samples/s)", file=sys.stderr)
+                    print(
+                        f"  ({n} worker(s): {rate:,.0f} GPU samples/s: "
+                        f"{measured:,.0f} GPU samples after publishing, in {seconds:.1f} s)",
+                        file=sys.stderr,
+                    )
                 msgs, _ = run_passthrough(kafka, len(messages))  # the last run's topics
                 rates["pass-through"].append(msgs * node_share * 8)
         finally:
