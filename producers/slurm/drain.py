@@ -5,7 +5,9 @@ hand) or with ``--follow``. The poller does the same on every tick when it runs 
 the project's Kafka publisher (aiokafka: TLS/SASL, idempotent, acks=all). A spooled envelope
 that is not a valid record goes to the dead-letter topic instead of blocking the rest; a file
 is deleted only after the broker acknowledged it, so a crash mid-way loses nothing (at worst
-an event is sent twice, with the same event_id).
+an event is sent twice, with the same event_id). Like the hook it reads no spool that is a
+symbolic link or that others can write (anyone who can put a file there could forge events),
+and opens no file through a link (producers/slurm/spool.py).
 
 What the spool holds is not only job events: a prolog that could not read its job from
 scontrol in time spools a dead letter where the start event would be. The drainer says how
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -44,6 +47,9 @@ async def drain_once(
     """Ship up to ``limit`` spooled events; returns how many were shipped, and adds them to
     ``by_topic`` per topic (spooled names, without the deployment's prefix)."""
     root = str(root)
+    # the drainer may run as root over the hook's spool (SlurmUser's): either owner is fine,
+    # a link or a directory others can write is not (UnsafeSpool, an OSError)
+    spool.check(root, owners=(os.geteuid(), 0))
     spool.recover(root)
     claimed: list[str] = []
     shipped: Counter[str] = Counter()
@@ -53,10 +59,15 @@ async def drain_once(
             if c is None:
                 continue
             claimed.append(c)
-            with open(c, "rb") as fh:
-                data = fh.read()
             try:
-                env = spool.read(c)
+                data = spool.read_bytes(c)  # never through a link, never a FIFO
+            except OSError as exc:
+                log.warning("slurm spool: cannot read %s (%s): left where it is", path, exc)
+                claimed.remove(c)
+                spool.unclaim(c)
+                continue
+            try:
+                env = json.loads(data)
                 topic = by_name(env["topic"])
                 value = encode(env["value"])
                 decode(topic, value)  # never ship what the schema refuses
@@ -122,10 +133,14 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     by_topic: Counter[str] = Counter()
     try:
+        spool.check(str(root), owners=(os.geteuid(), 0))  # refused before Kafka is asked
         total = asyncio.run(_run(root, args.follow, args.interval, by_topic))
     except KeyboardInterrupt:
         return 130
     except GpugapError as exc:  # e.g. Kafka still unreachable: the files stay for next time
+        print(f"gpugap slurm-hook drain: {exc}", file=sys.stderr)
+        return 2
+    except spool.UnsafeSpool as exc:  # a link, or a directory others can write: refused
         print(f"gpugap slurm-hook drain: {exc}", file=sys.stderr)
         return 2
     print(

@@ -3,7 +3,9 @@ Kafka under one deadline, the spool. Standard library only."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -113,16 +115,22 @@ def _no_password() -> str:
 
 
 def log(cfg: HookConfig, msg: str) -> None:
-    """One line to stderr and to <spool>/hook.log (slurmctld discards the hook's output)."""
+    """One line to stderr and to <spool>/hook.log (slurmctld discards the hook's output).
+    A hook.log that is a symbolic link (or a FIFO, a hard link, another user's file) is never
+    written through: the line goes to stderr only, with why."""
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} gpugap slurm-hook[{os.getpid()}]: {msg}\n"
     sys.stderr.write(line)
     try:
         spool.private_dir(cfg.spool_dir)
         path = os.path.join(cfg.spool_dir, "hook.log")
-        if os.path.exists(path) and os.path.getsize(path) > 4 << 20:
-            os.replace(path, path + ".1")
+        with contextlib.suppress(FileNotFoundError):
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_size > 4 << 20:
+                os.replace(path, path + ".1")  # renames a link itself, never its target
         with open(spool.open_private(path, os.O_WRONLY | os.O_APPEND), "a") as fh:
             fh.write(line.encode("utf-8", "replace").decode())
+    except spool.UnsafeSpool as exc:
+        sys.stderr.write(f"gpugap slurm-hook[{os.getpid()}]: not logged to the spool: {exc}\n")
     except OSError:
         pass
 

@@ -20,6 +20,9 @@ layout, never split on ``Key=`` (producers/slurm/scontrol.py); a name is sent as
 It never fails or holds up a job: everything runs under one deadline
 (``GPUGAP_SLURM_HOOK_TIMEOUT_S``), it always exits 0, and an event Kafka did not acknowledge
 in time is spooled to disk (a 0700 directory, 0600 files) for ``gpugap slurm-hook drain``.
+A spool directory (or its events/, jobs/) that is a symbolic link, another user's, or
+writable by its group or others is refused: one line on stderr saying which path, its owner
+and mode and the chown/chmod that fixes it, nothing else done, exit 0 (producers/slurm/spool.py).
 A variable it cannot use is one line in <spool>/hook.log, and the event is spooled. After a
 successful send it also ships a few spooled events, so a backlog empties as soon as jobs run
 again.
@@ -67,6 +70,14 @@ def run(env: Mapping[str, str], t0: float | None = None) -> str:
         from producers.slurm.hook import HookConfig, deliver, log, on_end, on_prolog, spool
 
         cfg = HookConfig(env)
+        try:
+            spool.check(cfg.spool_dir)
+        except spool.UnsafeSpool as exc:  # another user could plant links or events there
+            sys.stderr.write(
+                f"gpugap slurm-hook[{os.getpid()}]: {context}: {exc}; this hook reports "
+                "nothing until then (the poller still reports the job)\n"
+            )
+            return "refused"
         deadline = (t0 if t0 is not None else time.monotonic()) + cfg.timeout_s
         if cfg.problems:
             log(
