@@ -25,7 +25,7 @@ from schemas.types import WorkloadClass
 
 SHELLS = [s for s in ("dash", "bash") if shutil.which(s)]
 if len(SHELLS) < 2:  # pragma: no cover - the image has both (apt-get install -y dash)
-    pytest.skip(f"needs dash and bash, found {SHELLS}", allow_module_level=True)
+    pytest.fail(f"needs dash and bash (apt-get install -y dash), found {SHELLS}", pytrace=False)
 
 HOSTILE = {
     "tab": "train\t';touch PWN;#",  # the issue's: $'...' in dash runs `touch PWN`
