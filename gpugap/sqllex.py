@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 _FORMAT_AT_END = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9_]*)\s*;?\s*$", re.IGNORECASE)
+_QUOTED_FORMAT_AT_END = re.compile(r"\bFORMAT\s+`( +)`\s*;?\s*$", re.IGNORECASE)
 _INSERT_FORMAT = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9_]*)|\b(VALUES)\b", re.IGNORECASE)
 
 
@@ -48,8 +49,16 @@ def first_keyword(sql: str) -> str:
 
 
 def trailing_format(sql: str) -> str | None:
+    """The name after a trailing FORMAT, also when quoted as the engine writes a keyword
+    (``FORMAT `Values```)."""
     m = _FORMAT_AT_END.search(mask(sql))
-    return m.group(1) if m else None
+    if m:
+        return m.group(1)
+    quoted = _QUOTED_FORMAT_AT_END.search(mask(sql))
+    if quoted:
+        name = sql[quoted.start(1) : quoted.end(1)]
+        return name if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) else None
+    return None
 
 
 def strip_trailing_format(sql: str) -> str:

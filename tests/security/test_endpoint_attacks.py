@@ -189,6 +189,15 @@ HOST_ACCESS: dict[str, tuple[str, frozenset[int]]] = {
         frozenset({497, 564}),
     ),
     "into-outfile": (OUTFILE, frozenset({564})),
+    # the engine's default database read any file named as a table
+    "path-as-table": ("SELECT * FROM `/etc/passwd`", frozenset({60, 497})),
+    "path-as-table-environ": ("SELECT * FROM `/proc/self/environ`", frozenset({60, 497})),
+    "path-in-default": ("SELECT * FROM default.`/etc/passwd`", frozenset({60, 497})),
+    "path-in-the-overlay": (
+        "SELECT * FROM _gpugap_host_files_off.`/etc/passwd`",
+        frozenset({81, 497}),
+    ),
+    "filesystem-database": ("CREATE DATABASE {name} ENGINE = Filesystem('/etc')", frozenset({497})),
 }
 
 
@@ -206,6 +215,8 @@ def test_host_access_is_refused_for_every_user(
         endpoint.settle()
         endpoint.ask(f"DROP DICTIONARY IF EXISTS {name}")
         endpoint.ask(f"DROP TABLE IF EXISTS {name}")
+        endpoint.ask(f"DROP DATABASE IF EXISTS {name}")
+    assert "root:" not in r.text, f"a host file came back: {describe(r)}"
     written = sorted(p.name for p in tmp_path.iterdir())
     assert not written, f"the endpoint wrote {written} into {tmp_path}; {describe(r)}"
     # a read-only request may be refused for being read-only first; INTO OUTFILE never runs

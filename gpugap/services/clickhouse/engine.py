@@ -152,6 +152,11 @@ class Connection:
             pairs = ", ".join(f"{_ident(k)} = {v}" for k, v in settings.items())
             self.query(f"SET {pairs}")
 
+    def reset(self, names: frozenset[str]) -> None:
+        """Each setting back to its default (the profile's)."""
+        if names:
+            self.query("SET " + ", ".join(f"{_ident(n)} = DEFAULT" for n in sorted(names)))
+
     def use(self, database: str) -> None:
         self.query(f"USE {_ident(database)}")
 

@@ -37,6 +37,8 @@ class Call:
     params: Mapping[str, str]  # query parameters {name:Type}
     default_format: str | None
     marker: str  # the connection's log_comment: how a cancel finds its query
+    conn: Connection | None = None  # a session's own connection, kept after the request
+    transient: frozenset[str] = frozenset()  # settings of this request only, reset on ``conn``
 
 
 @dataclass
@@ -54,7 +56,9 @@ class Execution:
         self._running: asyncio.Future[Any] | None = None
 
     async def run(self) -> Result:
-        self._conn = await self._thread(self.engine.connect)
+        kept = self.call.conn
+        conn = kept if kept is not None else await self._thread(self.engine.connect)
+        self._conn = conn
         try:
             return await self._route()
         finally:
@@ -63,7 +67,10 @@ class Execution:
                 await asyncio.wait([running])  # the engine lets go of it first
                 if not running.cancelled():
                     running.exception()  # (the request's own error is the one reported)
-            await self._thread(self._conn.close)
+            if kept is None:
+                await self._thread(conn.close)
+            else:  # what this request alone set goes back to its default for the next one
+                await self._thread(conn.reset, self.call.transient)
 
     async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
         """Engine work in a worker thread; if the request is cancelled meanwhile (the client went
@@ -120,6 +127,7 @@ class Execution:
         assert conn is not None
         if call.database:
             conn.use(call.database)
+        policy.check_filters(conn, call.settings, policy.off_host(self.engine.table_functions))
         conn.apply({**call.settings, "log_comment": literal(call.marker)})
         if call.readonly:  # last: from here the engine refuses writes, DDL and setting changes
             conn.query("SET readonly = 1")

@@ -3,10 +3,12 @@
 The engine (chDB) reads a ClickHouse ``config.xml`` + ``users.xml`` written here: the settings
 profile carries the default limits with constraints (a client cannot raise them, not even in a
 query's SETTINGS clause), and the grants leave out every host source (URL, S3, remote servers,
-the File engine, writing files, SYSTEM commands). chDB's own INSERT path reads its data through
-the FILE source, so READ ON FILE stays granted; the HTTP layer refuses ``file()`` itself (see
-policy.py). All connections of the process are the engine's user ``default``: who may write is
-decided per connection with engine-level ``readonly``.
+the File engine, reading or writing files, SYSTEM commands); ``default`` is a plain Atomic
+database, not chDB's overlay that reads files named as tables. The scalar ``file()``, which
+chDB checks against no grant, is refused by the HTTP layer (policy.py). All connections of the
+process are the engine's user ``default``: who may write is decided per connection with
+engine-level ``readonly``, and row policies on the system tables that hold query text key on
+each connection's role.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -69,13 +72,35 @@ class EndpointLimits(BaseSettings):
         default=1 * GiB, gt=0, description="a result is buffered before it is sent: its maximum"
     )
     max_concurrent_queries: int = Field(default=16, gt=0)
+    max_concurrent_queries_for_user: int = Field(
+        default=0,
+        ge=0,
+        description="queries one user may run at once (0: the slots shared out equally among "
+        "the users, so no user waits behind another)",
+    )
     queue_wait_s: float = Field(
         default=10.0, ge=0, description="how long a request waits for a free slot before code 202"
     )
-    max_sessions: int = Field(default=1000, gt=0)
+    max_sessions: int = Field(default=100, gt=0, description="sessions kept per user")
     session_timeout_s: float = Field(
-        default=3600.0, gt=0, description="idle time before a session ends"
+        default=3600.0,
+        gt=0,
+        description="idle time before a session ends, and the most a session_timeout may ask",
     )
+    allowed_hosts: str = Field(
+        default="",
+        description="comma-separated Host names the endpoint answers besides its listen "
+        "address and the loopback names (a web page cannot reach it through DNS rebinding)",
+    )
+    allowed_origins: str = Field(
+        default="",
+        description="comma-separated web origins (scheme://host:port) whose pages may send it "
+        "requests; its own pages always may",
+    )
+
+    def names(self, field: str) -> frozenset[str]:
+        value = getattr(self, field)
+        return frozenset(v.strip().lower().rstrip("/") for v in value.split(",") if v.strip())
 
 
 _CATALOG = """
@@ -136,6 +161,9 @@ def write_engine_config(directory: Path, limits: EndpointLimits, cache: Path | N
     defaults = "".join(f"<{k}>{v}</{k}>" for k, v in capped.items())
     # min 1: 0 means "no limit" to the engine
     maxima = "".join(f"<{k}><min>1</min><max>{v}</max></{k}>" for k, v in capped.items())
+    # a client may use fewer threads, never more than the machine has (one reader asking for
+    # thousands would take them from everyone)
+    maxima += f"<max_threads><max>{os.cpu_count() or 1}</max></max_threads>"
     # the allow-list, enforced by the engine: every other setting is constant (clients see it
     # as readonly in system.settings), and so are those that switch a limit or a guard off.
     # Left changeable: readonly (a reader's connection sets it), log_comment (marks a
@@ -151,10 +179,15 @@ def write_engine_config(directory: Path, limits: EndpointLimits, cache: Path | N
     grants = "".join(
         f"<query>{escape(g)}</query>"
         for g in (
-            "GRANT READ ON FILE",  # chDB's INSERT reads its data through the FILE source
+            # no READ ON FILE: with an Atomic default database, chDB's INSERT needs no FILE
+            # source, and without it the engine refuses file(), the File engine and tables
+            # named by a path (``SELECT * FROM `/etc/passwd```) for every connection
             "GRANT SHOW, SELECT, INSERT, ALTER, CREATE, DROP, TRUNCATE, OPTIMIZE, "
             "KILL QUERY ON *.*",
         )
+    )
+    policies = "".join(
+        f"<{name}><filter>{escape(rule)}</filter></{name}>" for name, rule in ROW_POLICIES.items()
     )
     users = directory / "users.xml"
     users.write_text(
@@ -163,11 +196,49 @@ def write_engine_config(directory: Path, limits: EndpointLimits, cache: Path | N
         f"<constraints>{maxima}{const}</constraints>"
         "</default></profiles><users><default><password></password><profile>default</profile>"
         "<networks><ip>::/0</ip></networks><quota>default</quota>"
-        f"<grants>{grants}</grants></default></users>"
-        "<quotas><default></default></quotas></clickhouse>\n"
+        f"<grants>{grants}</grants><databases><system>{policies}</system></databases>"
+        "</default></users><quotas><default></default></quotas></clickhouse>\n"
     )
     config = directory / "config.xml"
     config.write_text(
-        f"<clickhouse><users_config>{escape(str(users))}</users_config></clickhouse>\n"
+        f"<clickhouse><users_config>{escape(str(users))}</users_config>"
+        f"<default_database>{HOST_FILES_DATABASE}</default_database></clickhouse>\n"
     )
     return config
+
+
+# chDB makes its configured default database an overlay that reads any host file named as a
+# table. That overlay is given this name (nothing uses it, and without READ ON FILE the engine
+# refuses what it would read), and ``default`` is a plain Atomic database (prepare_data_dir).
+HOST_FILES_DATABASE = "_gpugap_host_files_off"
+# Every engine connection is the engine's one user; each request's connection carries
+# log_comment 'gpugap:<role>:<id>' (set before readonly, so a reader cannot change it). These
+# engine row policies let a reader see only the reader's own running queries and no other
+# query text; the endpoint's own connections (no log_comment) and the admin see all.
+_ROLE = "splitByChar(':', getSetting('log_comment'))[2]"
+ROW_POLICIES = {
+    "processes": f"{_ROLE} != 'reader' OR splitByChar(':', Settings['log_comment'])[2] = 'reader'",
+    "query_cache": f"{_ROLE} != 'reader'",
+    "asynchronous_inserts": f"{_ROLE} != 'reader'",
+}
+
+
+def prepare_data_dir(path: Path) -> None:
+    """Make ``default`` an Atomic database of its own before the engine opens ``path``:
+    ``metadata/default.sql`` names it (keeping the UUID, so the tables an earlier version
+    created in ``default`` stay), and the ``metadata/default`` link, which the engine writes
+    again, is removed first: chDB's overlay would otherwise take the same UUID and abort."""
+    metadata = path / "metadata"
+    metadata.mkdir(parents=True, exist_ok=True)
+    link = metadata / "default"
+    declared = metadata / "default.sql"
+    if declared.exists():
+        if link.is_symlink():
+            link.unlink()
+        return
+    uid = Path(os.readlink(link)).name if link.is_symlink() else str(uuid.uuid4())
+    tmp = declared.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(f"ATTACH DATABASE _ UUID '{uid}'\nENGINE = Atomic\n")
+    if link.is_symlink():
+        link.unlink()
+    tmp.replace(declared)

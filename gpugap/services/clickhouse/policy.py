@@ -4,19 +4,22 @@ Nothing here parses SQL: the engine parses a request (``formatQuerySingleLine``,
 refuses a second statement) and dumps its syntax tree (``EXPLAIN AST`` of that normalized,
 single statement); the checks below read those outputs. Privileges themselves are the engine's:
 readonly per connection and the grants of limits.py. What the engine cannot refuse in chDB is
-refused here: ``file()`` (chDB's INSERT needs READ ON FILE granted), ``INTO OUTFILE`` and
+refused here: ``file()`` (chDB's scalar reads any path, grant or not), ``INTO OUTFILE`` and
 ``FROM INFILE`` (done by chDB's client layer, not by the server), table functions that reach
 the host or the network, dictionaries (their sources may read files or other servers), ATTACH
-(it may attach a directory from anywhere).
+(it may attach a directory from anywhere), and row filters (SQL inside a setting) that the
+endpoint has not checked.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpugap.services.clickhouse import allowed
 from gpugap.services.clickhouse.engine import Connection, EngineError
 
 # table functions that compute or read this server's own tables, nothing else
@@ -115,7 +118,37 @@ def inspect(
         raise _denied("dictionaries (their sources read files or other servers)")
     if root.startswith("AttachQuery"):
         raise _denied("ATTACH (it may attach a directory from anywhere on the host)")
+    for name in allowed.FILTERS:
+        if re.search(rf"\b{name}\b", bare):
+            raise EngineError(
+                f"Setting {name} holds SQL that is checked before it is applied: send it as a "
+                "URL parameter, not with SET, in a query's SETTINGS clause or a definition",
+                452,
+                "SETTING_CONSTRAINT_VIOLATION",
+            )
     return Statement(normalized, root, ast)
+
+
+def check_filters(conn: Connection, settings: Mapping[str, str], off_host: frozenset[str]) -> None:
+    """The row filters among ``settings`` (name -> literal: ``additional_table_filters``'
+    values, ``additional_result_filter``), each read by the engine and checked like a query
+    before they are applied: a filter is SQL the engine runs beside the query, so ``file()``
+    in one would read the host. (Read from the literals, not from the applied settings: a
+    result filter would filter the query that reads it.)"""
+    for name in sorted(set(settings) & allowed.FILTERS):
+        value = settings[name]
+        if name.endswith("s"):  # a map, in the engine's text form: read as Values data
+            # (value is a string literal made by engine.literal)
+            sql = f"SELECT arrayJoin(mapValues(m)) AS e FROM format(Values, 'm Map(String, String)', concat('(', {value}, ')'))"  # noqa: S608, E501
+        else:
+            sql = f"SELECT {value} AS e"
+        # (a session's connection may hold filters already: not for this query)
+        sql += " SETTINGS additional_result_filter = '', additional_table_filters = {}"
+        out = conn.query(sql, "JSONEachRow").data.decode()
+        for line in out.splitlines():
+            expr = json.loads(line)["e"]
+            if expr.strip():
+                inspect(conn, f"SELECT ({expr}\n)", off_host)
 
 
 def check_reader(stmt: Statement) -> None:
@@ -134,39 +167,10 @@ def _denied(what: str) -> EngineError:
 
 # --- settings a URL parameter or SET may change ---------------------------------------------
 
-ALLOWED_SETTINGS = frozenset(
-    {
-        "result_overflow_mode", "read_overflow_mode", "group_by_overflow_mode",
-        "sort_overflow_mode", "set_overflow_mode", "distinct_overflow_mode", "extremes",
-        "totals_mode", "final", "insert_deduplicate", "insert_deduplication_token", "async_insert",
-        "wait_for_async_insert", "mutations_sync", "lightweight_deletes_sync",
-        "prefer_column_name_to_alias", "aggregate_functions_null_for_empty",
-        "data_type_default_nullable", "union_default_mode", "joined_subquery_requires_alias",
-        "function_sleep_max_microseconds_per_block", "transform_null_in", "session_timezone",
-        "send_logs_level", "query_cache_ttl", "http_zlib_compression_level", "limit", "offset",
-        "distributed_product_mode", "any_join_distinct_right_table_keys", "group_by_use_nulls",
-        "exact_rows_before_limit", "rows_before_aggregation", "count_distinct_implementation",
-        "use_uncompressed_cache", "use_query_cache", "use_skip_indexes",
-        "use_index_for_in_with_subqueries", "apply_mutations_on_fly",
-        "query_plan_enable_optimizations", "precise_float_parsing",
-        "mysql_map_string_to_text_in_show_columns",
-        "mysql_map_fixed_string_to_text_in_show_columns",
-        "show_table_uuid_in_table_create_query_if_not_nil", "system_events_show_zero_values",
-        "allow_settings_after_format_in_insert",
-    }
-)  # fmt: skip
-# families of settings that shape formats, planning and per-query sizes (the maxima that matter
-# are capped by the engine: see limits.py). Not `dialect` (the statement would be read in another
-# language than the one checked) nor `compatibility` (it moves other settings' defaults).
-ALLOWED_PREFIXES = (
-    "output_format_", "input_format_", "format_", "date_time_", "interval_output", "cast_",
-    "join_", "optimize_", "max_", "min_", "enable_", "allow_experimental_", "http_",
-    "preferred_", "partial_merge_join_", "schema_inference_", "low_cardinality_",
-)  # fmt: skip
-
 
 def is_allowed(name: str) -> bool:
-    return name in ALLOWED_SETTINGS or name.startswith(ALLOWED_PREFIXES)
+    """On the reviewed list (allowed.py): every other setting is constant in the engine."""
+    return name in allowed.committed()
 
 
 def check_setting(name: str, *, reader: bool) -> None:

@@ -12,22 +12,23 @@ import ipaddress
 import logging
 import re
 import signal
-import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from gpugap.services.clickhouse import auth, body, native, play, policy
+from gpugap.services.clickhouse.browser import BrowserGuard
 from gpugap.services.clickhouse.engine import Engine, EngineError, literal
 from gpugap.services.clickhouse.execute import Call, Execution, Result
-from gpugap.services.clickhouse.limits import EndpointLimits, write_engine_config
+from gpugap.services.clickhouse.limits import EndpointLimits, prepare_data_dir, write_engine_config
 from gpugap.services.clickhouse.respond import Context, Shape, choose_encoding, error, send
+from gpugap.services.clickhouse.sessions import Session, Sessions
+from gpugap.services.clickhouse.slots import Slots
 from schemas.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -60,17 +61,20 @@ class User:
     readonly: bool = False
 
 
-@dataclass
-class Session:
-    settings: dict[str, str] = field(default_factory=dict)
-    used: float = field(default_factory=time.monotonic)
-
-
 class Endpoint:
-    def __init__(self, engine: Engine, users: Mapping[str, User], limits: EndpointLimits) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        users: Mapping[str, User],
+        limits: EndpointLimits,
+        listen: str = "127.0.0.1",
+    ) -> None:
         self.engine, self.users, self.limits = engine, users, limits
-        self.sessions: OrderedDict[tuple[str, str], Session] = OrderedDict()
-        self._slots = asyncio.Semaphore(limits.max_concurrent_queries)
+        self.sessions = Sessions(engine, limits.max_sessions, limits.session_timeout_s)
+        self.slots = Slots(limits, users)
+        self.browser = BrowserGuard(
+            listen, limits.names("allowed_hosts"), limits.names("allowed_origins")
+        )
         conn = engine.connect()
         try:  # what the engine calls itself and its clock, for the headers ClickHouse sends
             tz, name = conn.query("SELECT timezone(), displayName()", "TSVRaw").data.split(b"\t")
@@ -79,6 +83,10 @@ class Endpoint:
         self.timezone, self.display_name = tz.decode(), name.decode().strip()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            self.browser.check(request.headers)
+        except EngineError as exc:
+            return error(exc, self.engine.version, None, Context("", self.timezone, ""))
         path = request.path.rstrip("/") or "/"
         if path in STATIC and request.method in ("GET", "HEAD"):
             text, kind = STATIC[path]
@@ -104,19 +112,8 @@ class Endpoint:
                 compress=params.get("compress") in _TRUE,
                 revision=native.parse_revision(params.get("client_protocol_version")),
             )
-            try:
-                await asyncio.wait_for(self._slots.acquire(), self.limits.queue_wait_s)
-            except TimeoutError:
-                raise EngineError(
-                    f"Too many simultaneous queries: all {self.limits.max_concurrent_queries} "
-                    f"slots stayed busy for {self.limits.queue_wait_s:g} s",
-                    202,
-                    "TOO_MANY_SIMULTANEOUS_QUERIES",
-                ) from None
-            try:
-                result = await self._execute(request, user, shape)
-            finally:
-                self._slots.release()  # the answer is whole: a slow reader holds no slot
+            async with self.slots.held(user.name):  # released before the answer is sent:
+                result = await self._execute(request, user, shape)  # a slow reader holds none
             if result.settings.get("session_timezone"):
                 ctx.timezone = result.settings["session_timezone"].strip("'")
             return await send(request, result.outcome, result.fmt, shape, ctx)
@@ -134,7 +131,7 @@ class Endpoint:
         return user
 
     async def _execute(self, request: web.BaseRequest, user: User, shape: Shape) -> Result:
-        params, headers = request.query, request.headers
+        params = request.query
         readonly = user.readonly or request.method in ("GET", "HEAD")
         readonly = readonly or params.get("readonly", "0") != "0"
         if user.readonly and params.get("readonly") == "0":
@@ -145,7 +142,35 @@ class Endpoint:
                 policy.check_setting(name, reader=readonly)
                 settings[name] = literal(value)
         sid = params.get("session_id")
-        session = self._session(user.name, sid) if sid else None
+        session = None
+        if sid:
+            session = self.sessions.acquire(
+                user.name,
+                sid,
+                check=params.get("session_check") in _TRUE,
+                timeout=params.get("session_timeout"),
+            )
+        broken = False
+        try:
+            return await self._run(request, user, readonly, settings, session)
+        except EngineError:
+            raise
+        except BaseException:  # cancelled, or the engine failed: the connection's state is unknown
+            broken = True
+            raise
+        finally:
+            if session is not None:
+                self.sessions.release(session, broken=broken)
+
+    async def _run(
+        self,
+        request: web.BaseRequest,
+        user: User,
+        readonly: bool,
+        settings: dict[str, str],
+        session: Session | None,
+    ) -> Result:
+        params, headers = request.query, request.headers
         merged = {**(session.settings if session else {}), **settings}
         verify = merged.get("http_native_compression_disable_checksumming_on_decompress", "0")
         call = Call(
@@ -165,28 +190,18 @@ class Endpoint:
             settings=merged,
             params={k[6:]: v for k, v in params.items() if k.startswith("param_")},
             default_format=headers.get("X-ClickHouse-Format") or params.get("default_format"),
-            marker=f"gpugap:{uuid.uuid4()}",
+            # the engine's row policies read the role from it (limits.ROW_POLICIES)
+            marker=f"gpugap:{'reader' if user.readonly else 'admin'}:{uuid.uuid4()}",
+            # a writer's session keeps its connection (temporary tables); a read-only request
+            # runs on one of its own with the session's settings
+            conn=await self.sessions.connection(session) if session and not readonly else None,
+            transient=frozenset(settings) - frozenset(session.settings if session else ()),
         )
         result = await Execution(self.engine, self.limits, call).run()
         result.settings = {**merged, **(result.set_settings or {})}
         if result.set_settings and session is not None:
             session.settings.update(result.set_settings)
         return result
-
-    def _session(self, user: str, sid: str) -> Session:
-        """Sessions belong to (user, id); idle ones end, the oldest goes when they are many."""
-        now = time.monotonic()
-        while self.sessions:
-            oldest = next(iter(self.sessions.values()))
-            if now - oldest.used < self.limits.session_timeout_s and len(self.sessions) < (
-                self.limits.max_sessions
-            ):
-                break
-            self.sessions.popitem(last=False)
-        session = self.sessions.pop((user, sid), None) or Session()
-        session.used = now
-        self.sessions[(user, sid)] = session
-        return session
 
 
 def _level(value: str | None) -> int:
@@ -256,14 +271,16 @@ def serve(
     from gpugap.settings import ServicesSettings
 
     cache = ServicesSettings().cache_dir / "chdb"
-    engine = Engine(path, write_engine_config(path / "gpugap-engine", limits, cache))
+    config = write_engine_config(path / "gpugap-engine", limits, cache)
+    prepare_data_dir(path)
+    engine = Engine(path, config)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         # engine calls, decompression and checks run in threads: enough for every slot
         executor = ThreadPoolExecutor(limits.max_concurrent_queries * 2 + 4, "clickhouse")
         loop.set_default_executor(executor)
-        endpoint = Endpoint(engine, users, limits)
+        endpoint = Endpoint(engine, users, limits, host)
         server = web.Server(
             endpoint.handle,
             handler_cancellation=True,  # a client that goes away cancels its query
@@ -291,6 +308,7 @@ def serve(
         print(f"clickhouse endpoint: http://{host}:{port} (data in {path})", flush=True)
         await stop.wait()
         await runner.cleanup()
+        endpoint.sessions.close()
         executor.shutdown(wait=True, cancel_futures=True)
 
     try:
