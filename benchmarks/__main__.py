@@ -1,7 +1,7 @@
 """``python -m benchmarks SUBJECT [options]`` (``make bench``): figures printed side by side with
 their baselines. Benchmarks run from a source checkout; nothing in the installed package
 imports them. Subjects with their own options (endpoint, fuzz, core, slurm-hook,
-kubernetes-real, bi, backfill) take them after the subject:
+kubernetes-real, bi, backfill, state-memory, endpoint-fairness) take them after the subject:
 ``python -m benchmarks fuzz --hostile 1000``."""
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 #: subjects whose module parses its own arguments
 OWN_OPTIONS = {
     "endpoint": "benchmarks.endpoint",
+    # the sink's inserts and the admin's queries while the reader fills its share of slots
+    "endpoint-fairness": "benchmarks.endpoint_fairness",
     "fuzz": "benchmarks.fuzz",
     "core": "benchmarks.core",
     "slurm-hook": "benchmarks.slurm_hook",
@@ -25,6 +27,8 @@ OWN_OPTIONS = {
     "web": "benchmarks.web",  # the web page in headless Chromium
     # gpugap backfill prometheus against a real Prometheus: days of history per minute
     "backfill": "benchmarks.backfill",
+    # the worker's state (RSS) against distinct nodes, and the node expiry; no Kafka
+    "state-memory": "benchmarks.state_memory",
 }
 
 

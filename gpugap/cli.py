@@ -147,6 +147,9 @@ def _run_sinks(settings: Settings, sinks: Sequence[Any], kind: str) -> None:
     slow or broken one never holds back another), sharing one dead-letter publisher."""
     from gpugap.kafka.consume import DeadLetters
     from gpugap.kafka.publish import KafkaPublisher
+    from gpugap.kafka.trust import ClusterTrust
+
+    trust = ClusterTrust.from_settings(settings.kafka)  # docs/kafka-trust.md
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -158,7 +161,7 @@ def _run_sinks(settings: Settings, sinks: Sequence[Any], kind: str) -> None:
                 *(
                     s.run(
                         settings.kafka,
-                        DeadLetters(pub, f"{kind}-{s.name}", prefix),
+                        DeadLetters(pub, f"{kind}-{s.name}", prefix, trust),
                         group=f"gpugap-{kind}-{s.name}",
                     )
                     for s in sinks

@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from schemas.errors import ConfigError
+from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, TRANSFERS
 from schemas.types import Scheduler, WorkloadClass
 
 if TYPE_CHECKING:
@@ -49,6 +50,57 @@ def _check_readable(path: Path, name: str) -> None:
 
 def _no_password() -> str:
     return ""
+
+
+#: the topics producers write: each record names the cluster it speaks for (``cluster``)
+CLUSTER_TOPIC_SCHEMAS = (SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name, TRANSFERS.name)
+
+
+def cluster_topic_map(mapping: dict[str, str | list[str]]) -> dict[str, tuple[str, frozenset[str]]]:
+    """``GPUGAP_KAFKA_CLUSTER_TOPICS`` resolved: topic name (without the namespace prefix) ->
+    (the producer topic whose records it carries, the clusters they may claim).
+
+    A key is a topic name that is a producer topic, or ends in ``.<producer topic>``
+    (``cluster-a.gpu.samples.v1``), or starts with ``<producer topic>.``
+    (``gpu.samples.v1.cluster-a``); or a prefix ending in ``*`` (``cluster-a.*``): that prefix
+    before every producer topic. A value is a cluster name or a list of them. ValueError
+    says what is wrong (docs/kafka-trust.md)."""
+    out: dict[str, tuple[str, frozenset[str]]] = {}
+    origin: dict[str, str] = {}
+    for key, value in mapping.items():
+        names = [value] if isinstance(value, str) else list(value)
+        if not names:
+            raise ValueError(f"{key!r}: no cluster (give one name or a list of names)")
+        for c in names:
+            if not c or len(c) > 253 or c[0].isspace() or "/" in c:
+                raise ValueError(f"{key!r}: {c!r} is not a cluster name")
+        clusters = frozenset(names)
+        if key.endswith("*"):
+            pre = key[:-1]
+            if "*" in pre:
+                raise ValueError(f"{key!r}: '*' only at the end (a prefix: 'cluster-a.*')")
+            topics = [(pre + t, t) for t in CLUSTER_TOPIC_SCHEMAS]
+        else:
+            if "*" in key:
+                raise ValueError(f"{key!r}: '*' only at the end (a prefix: 'cluster-a.*')")
+            found = [
+                t
+                for t in CLUSTER_TOPIC_SCHEMAS
+                if key == t or key.endswith("." + t) or key.startswith(t + ".")
+            ]
+            if len(found) != 1:
+                raise ValueError(
+                    f"{key!r}: a cluster topic's name is a producer topic "
+                    f"({', '.join(CLUSTER_TOPIC_SCHEMAS)}) with a prefix ending in '.' or a "
+                    "suffix starting with '.', e.g. 'cluster-a.gpu.samples.v1'"
+                    + (f" (it names {' and '.join(found)})" if found else "")
+                )
+            topics = [(key, found[0])]
+        for name, schema in topics:
+            if name in out:
+                raise ValueError(f"{name!r} is mapped twice (by {origin[name]!r} and {key!r})")
+            out[name], origin[name] = (schema, clusters), key
+    return out
 
 
 def env_config(prefix: str) -> SettingsConfigDict:
@@ -87,6 +139,25 @@ class KafkaSettings(BaseSettings):
     linger_ms: int = Field(default=20, ge=0)
     max_batch_bytes: int = Field(default=1_048_576, gt=0)
     request_timeout_ms: int = Field(default=30_000, gt=0)
+    cluster_topics: dict[str, str | list[str]] = Field(
+        default_factory=dict,
+        max_length=10_000,
+        description="which cluster(s) records on a topic may claim, JSON: "
+        '{"cluster-a.*": "cluster-a", "gpu.samples.v1.lab": ["lab1", "lab2"]}; a mapped '
+        "cluster is then refused on every other topic of the same kind (docs/kafka-trust.md)",
+    )
+
+    @field_validator("cluster_topics")
+    @classmethod
+    def _cluster_topics(cls, value: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+        cluster_topic_map(value)  # ValueError names the key
+        return value
+
+    def cluster_topic_map(self) -> dict[str, tuple[str, frozenset[str]]]:
+        """Broker topic name (prefix included) -> (the producer topic it carries, the
+        clusters its records may claim); empty without ``GPUGAP_KAFKA_CLUSTER_TOPICS``."""
+        mapped = cluster_topic_map(self.cluster_topics)
+        return {self.topic_prefix + name: v for name, v in mapped.items()}
 
     @model_validator(mode="after")
     def _secret_file(self) -> Self:
@@ -367,6 +438,56 @@ class IdleSettings(BaseSettings):
         return out
 
 
+class WorkerSettings(BaseSettings):
+    """``GPUGAP_WORKER_*``: the stream worker's state bounds (docs/worker.md#state-bounds)."""
+
+    model_config = env_config("GPUGAP_WORKER_")
+
+    node_idle_expiry_s: float = Field(
+        default=3600.0,
+        ge=0.0,
+        le=365 * 86400.0,
+        description="a node with no sample and no allocation event for this long (event time, "
+        "against the worker's watermark) is forgotten once its minutes are emitted and no "
+        "allocation runs on it; GPUs and pod attributions likewise; 0 = never (at least 60)",
+    )
+    max_nodes: int = Field(
+        default=200_000,
+        ge=0,
+        le=100_000_000,
+        description="nodes one worker holds at most: a record for a new node beyond is a dead "
+        "letter with the reason; 0 = no cap",
+    )
+    max_gpus: int = Field(
+        default=1_600_000,
+        ge=0,
+        le=800_000_000,
+        description="GPUs one worker holds at most (over its nodes): a sample bringing a GPU "
+        "beyond is a dead letter with the reason; 0 = no cap",
+    )
+    max_allocations: int = Field(
+        default=400_000,
+        ge=0,
+        le=100_000_000,
+        description="allocations one worker holds at most (over its nodes: running, or ended "
+        "minutes ago): an event of one more is a dead letter with the reason; 0 = no cap",
+    )
+    max_allocations_per_node: int = Field(
+        default=1_024,
+        ge=1,
+        le=1_000_000,
+        description="allocations one node holds at most (running, or ended minutes ago): one "
+        "more is a dead letter with the reason",
+    )
+
+    @field_validator("node_idle_expiry_s")
+    @classmethod
+    def _expiry(cls, value: float) -> float:
+        if 0 < value < 60:
+            raise ValueError("at least 60 seconds (or 0: never)")
+        return value
+
+
 class Settings(BaseSettings):
     model_config = env_config("GPUGAP_")
 
@@ -376,6 +497,7 @@ class Settings(BaseSettings):
     clickhouse: ClickHouseSettings = Field(default_factory=ClickHouseSettings)
     services: ServicesSettings = Field(default_factory=ServicesSettings)
     idle: IdleSettings = Field(default_factory=IdleSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
 
     def masked(self) -> dict[str, Any]:
         """The effective configuration with every secret shown as '**********'."""
@@ -395,6 +517,7 @@ def load() -> Settings:
         "clickhouse": ClickHouseSettings,
         "services": ServicesSettings,
         "idle": IdleSettings,
+        "worker": WorkerSettings,
     }
     for field, cls in components.items():
         try:

@@ -185,3 +185,4 @@ class DeadLetterKind(StrEnum):
     UNKNOWN_TOPIC = "unknown_topic"  # a topic or version this build does not know
     LATE = "late"  # valid but later than the allowed lateness
     REJECTED = "rejected"  # valid but refused by a processing step (reason says why)
+    UNTRUSTED = "untrusted"  # valid, but claims a cluster its topic may not speak for

@@ -131,8 +131,12 @@ class BatchingSink(ABC):
         group: str | None = None,
         idle_timeout_s: float | None = None,
     ) -> None:
-        """Consume the sink's topics until ``self.stop`` is set."""
+        """Consume the sink's topics until ``self.stop`` is set (and the clusters' own topics
+        of the same kinds, when ``dead_letters`` maps them: docs/kafka-trust.md)."""
         self._dead_letters = dead_letters
+        trust = dead_letters.trust
+        own = trust.topics_for(self.topics) if trust is not None else []
+        topics = [t.name for t in self.topics] + [t.removeprefix(kafka.topic_prefix) for t in own]
         await self.start()
         try:
             await consume(
@@ -140,7 +144,7 @@ class BatchingSink(ABC):
                 group or f"gpugap-sink-{self.name}",
                 self.handle,
                 dead_letters,
-                topics=[t.name for t in self.topics],
+                topics=topics,
                 stop=self.stop,
                 max_records=min(self.max_records, 20_000),
                 idle_timeout_s=idle_timeout_s,

@@ -17,7 +17,7 @@ Workload classes: the class an event carries wins, else gpugap.classify's built-
 from __future__ import annotations
 
 from gpugap.classify import Owner, classify_pod, classify_slurm
-from schemas.clock import HOUR_MS, HOUR_S, SECOND_MS, at, ms
+from schemas.clock import HOUR_MS, HOUR_S, MINUTE_MS, SECOND_MS, at, ms, parse_utc
 from schemas.models import Alert, AllocationEvent, K8sPodEvent, SlurmJobEvent
 from schemas.types import (
     MAX_GPUS_PER_NODE,
@@ -33,6 +33,9 @@ from streams.state import Gang, GangAlert, GangsState
 
 #: how long a finished gang is remembered, so its pods' late events raise nothing
 DONE_RETAIN_MS = HOUR_MS
+#: gangs watched at most per shard: a pod of one more is an allocation like any other, its
+#: gang is not watched (counted: gangs_refused)
+MAX_GANGS = 100_000
 
 
 def from_slurm(ev: SlurmJobEvent) -> list[AllocationEvent]:
@@ -135,6 +138,8 @@ class GangTracker:
     event time seen - ``lateness_ms``) has passed that point, so siblings binding a few
     seconds apart, or reported a little late, raise nothing; ``opened_at`` is the event time
     the grace ran out. It resolves at the event time the gang is complete or holds nothing.
+    A gang with no pod event for ``expiry_ms`` of event time and no open alert is forgotten
+    (its pods' end events were lost, or it never bound): a later event starts it afresh.
     """
 
     def __init__(
@@ -143,13 +148,21 @@ class GangTracker:
         *,
         grace_ms: int = 30_000,
         lateness_ms: int = 120_000,
+        expiry_ms: int | None = None,
+        max_gangs: int = MAX_GANGS,
     ) -> None:
         self.state: GangsState = (
             state if state is not None else {"gangs": {}, "done": {}, "max_ms": None}
         )
         self.grace_ms, self.lateness_ms = grace_ms, lateness_ms
+        self.expiry_ms, self.max_gangs = expiry_ms, max_gangs
         #: the watermark before which no finished gang expires (not state: recomputed)
         self._expire_at: int | None = None
+        #: gang -> the latest event time of its pods (not state: a restored gang's from its
+        #: bound pods and first event), and the watermark the expiry last looked at
+        self._seen: dict[str, int] = {}
+        self._swept: int | None = None
+        self.counts: dict[str, int] = {}  # gangs expired, refused (not state)
 
     def pod(self, ev: K8sPodEvent) -> list[Alert]:
         t = ms(ev.time)
@@ -162,6 +175,11 @@ class GangTracker:
         key = f"{ev.cluster}/{ev.gang_id}"
         if key in self.state["done"]:
             return []
+        if key not in self.state["gangs"] and len(self.state["gangs"]) >= self.max_gangs:
+            self.counts["gangs_refused"] = self.counts.get("gangs_refused", 0) + 1
+            return []
+        if self.expiry_ms is not None:
+            self._seen[key] = max(t, self._seen.get(key, t))
         g: Gang = self.state["gangs"].setdefault(
             key,
             {
@@ -198,6 +216,7 @@ class GangTracker:
                 g["alert"] = None
         if (not g["bound"] and g["ended"]) or n >= g["size"]:
             del self.state["gangs"][key]
+            self._seen.pop(key, None)
             self.state["done"][key] = t
             if self._expire_at is not None:
                 self._expire_at = min(self._expire_at, t + DONE_RETAIN_MS)
@@ -221,7 +240,22 @@ class GangTracker:
                 if done + DONE_RETAIN_MS < wm:
                     del s["done"][key]
             self._expire_at = min(s["done"].values(), default=wm) + DONE_RETAIN_MS
+        expiry = self.expiry_ms
+        if expiry is not None and (self._swept is None or wm >= self._swept + MINUTE_MS):
+            self._swept = wm
+            for key in [k for k, g in s["gangs"].items() if g["alert"] is None]:
+                if self._last(key, s["gangs"][key]) + expiry <= wm:
+                    del s["gangs"][key]
+                    self._seen.pop(key, None)
+                    self.counts["gangs_expired"] = self.counts.get("gangs_expired", 0) + 1
         return out
+
+    def _last(self, key: str, g: Gang) -> int:
+        t = self._seen.get(key)
+        if t is None:  # restored: its first event, or a pod bound since
+            times = [ms(parse_utc(g["meta"]["time"]))] + [int(b[0]) for b in g["bound"].values()]
+            t = self._seen[key] = max(times)
+        return t
 
     def _alert(self, g: Gang, alert: GangAlert, state: AlertState, t: int) -> Alert:
         ev = K8sPodEvent.model_validate(g["meta"])

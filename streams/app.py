@@ -22,8 +22,9 @@ import faust
 
 from gpugap.settings import KafkaSettings, Settings
 from schemas.errors import FatalError
+from schemas.topics import SAMPLES
 from streams.faust_runner import AppOptions, Runner, episodes_topic, state_topic
-from streams.join import INPUTS
+from streams.join import check_copartitioned, input_topics
 
 __all__ = ["AppOptions", "Runner", "create_app", "run"]
 
@@ -158,11 +159,15 @@ def _prepare(kafka: KafkaSettings, group: str) -> int:
 
 async def _shards(kafka: KafkaSettings, group: str) -> int:
     from gpugap.kafka.admin import ensure_topics, partition_counts, prepare
+    from gpugap.kafka.trust import ClusterTrust
 
     app_id = f"{kafka.topic_prefix}{group}"
-    inputs = [t.qualified(kafka.topic_prefix) for t in INPUTS]
+    trust = ClusterTrust.from_settings(kafka)
+    inputs = input_topics(kafka.topic_prefix, trust)
     await prepare(kafka, inputs, app_id)
-    counts = await partition_counts(kafka, [inputs[0]])
+    samples = [inputs[0], *(trust.topics_for([SAMPLES]) if trust is not None else [])]
+    counts = await partition_counts(kafka, samples)
+    check_copartitioned(counts, kafka.topic_prefix)
     shards = counts[inputs[0]]
     episodes = episodes_topic(kafka, group)
     await ensure_topics(kafka, [episodes], partitions=shards)
@@ -188,8 +193,13 @@ def __getattr__(name: str) -> Any:
         from gpugap.settings import load
 
         global app
+        from streams.core import CoreConfig, state_bounds
+
         settings = load()
-        opts = AppOptions(partitions=_prepare(settings.kafka, AppOptions().group))
+        opts = AppOptions(
+            partitions=_prepare(settings.kafka, AppOptions().group),
+            config=CoreConfig(**state_bounds(settings.worker)),  # GPUGAP_WORKER_*
+        )
         app, _ = create_app(settings, opts)
         return app
     raise AttributeError(name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 from streams.state import ProcessorState
@@ -28,11 +29,15 @@ def prefix(shard: int) -> bytes:
 
 def shard_records(
     shard: int, state: ProcessorState, changed: set[str], points: Points
-) -> list[tuple[bytes, bytes]]:
-    """The records of one shard's snapshot: its changed nodes, then its meta record."""
+) -> list[tuple[bytes, bytes | None]]:
+    """The records of one shard's snapshot: its changed nodes (a tombstone, None, for one
+    no longer held: the node expiry dropped it), then its meta record."""
     pre = prefix(shard)
     nodes = state["nodes"]
-    items = [(pre + f"node:{k}".encode(), pack(nodes[k])) for k in sorted(changed) if k in nodes]
+    items: list[tuple[bytes, bytes | None]] = [
+        (pre + f"node:{k}".encode(), pack(nodes[k]) if k in nodes else None)
+        for k in sorted(changed)
+    ]
     meta: dict[str, Any] = {k: v for k, v in state.items() if k != "nodes"}
     meta["node_keys"] = sorted(nodes)
     meta["offsets"] = points
@@ -40,8 +45,9 @@ def shard_records(
     return items
 
 
-def restore_shard(shard: int, records: dict[bytes, bytes]) -> tuple[Any, Points] | None:
-    """A shard's state and resume points from the latest record per key, or None."""
+def restore_shard(shard: int, records: Mapping[bytes, bytes | None]) -> tuple[Any, Points] | None:
+    """A shard's state and resume points from the latest record per key (None: a tombstone),
+    or None."""
     pre = prefix(shard)
     meta_raw = records.get(pre + b"meta")
     if meta_raw is None:
@@ -50,7 +56,11 @@ def restore_shard(shard: int, records: dict[bytes, bytes]) -> tuple[Any, Points]
     points: Points = state.pop("offsets")
     keys = set(state.pop("node_keys"))
     node_pre = pre + b"node:"
-    nodes = {k[len(node_pre) :].decode(): v for k, v in records.items() if k.startswith(node_pre)}
+    nodes = {
+        k[len(node_pre) :].decode(): v
+        for k, v in records.items()
+        if v is not None and k.startswith(node_pre)
+    }
     state["nodes"] = {k: unpack(v) for k, v in nodes.items() if k in keys}
     return state, points
 

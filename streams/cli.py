@@ -120,7 +120,7 @@ def _worker(args: argparse.Namespace) -> int:
         require("gpugap worker", "worker", ("faust",))
     from schemas.clock import SECOND_MS
     from schemas.errors import ConfigError
-    from streams.core import CoreConfig
+    from streams.core import CoreConfig, state_bounds
 
     settings = load()
     logging.getLogger("streams").setLevel(settings.log_level)
@@ -136,6 +136,7 @@ def _worker(args: argparse.Namespace) -> int:
         idle=idle_config(settings.idle, args.idle_threshold, args.idle_minutes),
         max_future_ms=round(args.max_future * SECOND_MS),
         max_past_ms=None if args.backfill else round(args.max_past * SECOND_MS),
+        **state_bounds(settings.worker),
     )
     web = None
     if args.http:

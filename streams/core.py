@@ -21,6 +21,13 @@ leaves the new state in ``core.state``.
   GPU the node reports; its consumption is unattributed use.
 - **End without start** is kept until its minute closes, then refused (nothing allocated);
   **end before start** is refused and the allocation spans nothing.
+- **Bounds** (docs/worker.md#state-bounds): a GPU that has not reported for
+  ``node_expiry_ms`` (event time, against the closed frontier) is forgotten unless a live
+  allocation holds it, and so is a pod attribution no allocation names; a node holds at most
+  ``MAX_GPUS_PER_NODE`` GPUs and ``max_allocs_per_node`` allocations (a record that would
+  add more is refused), an allocation remembers its last ``EVENTS_KEPT`` event ids and a
+  node its last ``ENDED_KEPT`` ended allocations. Forgetting whole nodes, and the caps over
+  every node of a worker, are ``streams.process``'s.
 """
 
 from __future__ import annotations
@@ -28,28 +35,48 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 from schemas.clock import DAY_MS, MINUTE_MS, SECOND_MS, at, minute_floor, ms
 from schemas.models import Alert, AllocationEvent, GpuMinute, NodeSample, Record
 from schemas.types import (
+    MAX_GPUS_PER_NODE,
     ActivityMetric,
     DeadLetterKind,
     LifecycleKind,
     format_utc,
 )
 from streams.detect_idle import IdleConfig, observe
-from streams.rows import minute_rows, placeholder_uuid
+from streams.rows import held, minute_rows, placeholder_uuid
 from streams.state import NodeState, new_alloc_state, new_node_state
 from streams.window import Sample
 
 # ms: benchmarks/worker_inproc.py reads it from here
-__all__ = ["CoreConfig", "NodeCore", "Output", "Refused", "ms", "placeholder_uuid"]
+__all__ = [
+    "CoreConfig",
+    "NodeCore",
+    "Output",
+    "Refused",
+    "ms",
+    "placeholder_uuid",
+    "state_bounds",
+]
 
 #: the state holds plain JSON values, not enum members
 PLAIN: dict[ActivityMetric | None, str] = {e: e.value for e in ActivityMetric}
 RETAIN_MS = 10 * MINUTE_MS  # keep ended allocations this long after the frontier (duplicates)
 TOMBSTONE_MS = DAY_MS  # then remember only that they ended (late deletions, duplicates)
+#: event ids remembered per allocation (duplicates of older ones are applied again: a start
+#: or an end applied twice changes nothing but a counter)
+EVENTS_KEPT = 32
+#: ended allocations remembered per node (the oldest go first, before TOMBSTONE_MS)
+ENDED_KEPT = 10_000
+#: the defaults of the worker's state bounds (GPUGAP_WORKER_*, docs/worker.md#state-bounds)
+NODE_EXPIRY_MS = 3_600_000
+MAX_NODES = 200_000
+MAX_GPUS = 8 * MAX_NODES
+MAX_ALLOCS = 2 * MAX_NODES
+MAX_ALLOCS_PER_NODE = 1_024
 
 
 @dataclass(frozen=True)
@@ -59,11 +86,6 @@ class CoreConfig:
     #: a minute of crossing its threshold, while the stored minutes wait the full lateness;
     #: data later than this still counts in the minutes but not in the alert already raised
     alert_lateness_ms: int = 30_000
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.alert_lateness_ms <= self.lateness_ms:
-            raise ValueError("alert lateness must be between 0 and the allowed lateness")
-
     default_interval_ms: int = 10_000
     idle: IdleConfig = field(default_factory=IdleConfig)
     #: the receiver's window around its wall clock: a record dated further ahead (a node's
@@ -71,6 +93,47 @@ class CoreConfig:
     #: is a dead letter. None = no bound (the pure core; replays and backfills of the past).
     max_future_ms: int | None = None
     max_past_ms: int | None = None
+    #: a node silent this long in event time (no sample, no allocation event) is forgotten
+    #: once nothing of it is open and no allocation runs on it; a GPU of a node, or a pod
+    #: attribution, likewise. None = never (docs/worker.md#state-bounds)
+    node_expiry_ms: int | None = NODE_EXPIRY_MS
+    #: nodes held at most (over every shard of a worker): a record for one more is refused
+    #: (a dead letter with the reason). None = no cap
+    max_nodes: int | None = MAX_NODES
+    #: GPUs held at most (over every shard of a worker): a sample bringing one more is
+    #: refused. None = no cap
+    max_gpus: int | None = MAX_GPUS
+    #: allocations one node holds at most (running or ended in the last minutes), and all
+    #: nodes together (over every shard of a worker; None = no cap)
+    max_allocs_per_node: int = MAX_ALLOCS_PER_NODE
+    max_allocs: int | None = MAX_ALLOCS
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.alert_lateness_ms <= self.lateness_ms:
+            raise ValueError("alert lateness must be between 0 and the allowed lateness")
+        if self.node_expiry_ms is not None and self.node_expiry_ms < MINUTE_MS:
+            raise ValueError("the node expiry must be at least a minute")
+        if self.max_nodes is not None and self.max_nodes < 1:
+            raise ValueError("the node cap must be at least 1")
+        if self.max_gpus is not None and self.max_gpus < 1:
+            raise ValueError("the GPU cap must be at least 1")
+        if self.max_allocs_per_node < 1:
+            raise ValueError("the allocations per node must be at least 1")
+        if self.max_allocs is not None and self.max_allocs < 1:
+            raise ValueError("the allocation cap must be at least 1")
+
+
+def state_bounds(worker: Any) -> dict[str, Any]:
+    """CoreConfig's state bounds from the worker settings (``gpugap.settings.WorkerSettings``,
+    ``GPUGAP_WORKER_*``; 0 turns a bound off)."""
+    expiry = worker.node_idle_expiry_s
+    return {
+        "node_expiry_ms": round(expiry * SECOND_MS) if expiry else None,
+        "max_nodes": worker.max_nodes or None,
+        "max_gpus": worker.max_gpus or None,
+        "max_allocs": worker.max_allocations or None,
+        "max_allocs_per_node": worker.max_allocations_per_node,
+    }
 
 
 @dataclass(frozen=True)
@@ -131,6 +194,8 @@ class NodeCore:
             self._count("late_samples")
             reason = f"sample at {format_utc(ns.time)} is in minutes already closed"
             return Output(refused=[Refused(ns, DeadLetterKind.LATE, reason)])
+        if len(s["known"]) + len(ns.gpus) > MAX_GPUS_PER_NODE and (over := self._too_many(ns)):
+            return over
         self._count("samples")
         self._seen(t - dt)
         self._seen(t)
@@ -168,6 +233,29 @@ class NodeCore:
             self._forget(None if everything else t - dt)
         return self.close()
 
+    def _too_many(self, ns: NodeSample) -> Output | None:
+        """The sample refused if its new GPUs would make the node hold too many."""
+        known = self.state["known"]
+        new = sum(1 for g in ns.gpus if g.uuid not in known)
+        if not new or len(known) + new <= MAX_GPUS_PER_NODE:
+            return None
+        self._count("node_gpus_refused")
+        reason = (
+            f"node {ns.node!r} would hold {len(known) + new} GPUs (at most {MAX_GPUS_PER_NODE}): "
+            f"refused; a GPU that stops reporting is forgotten after the node expiry"
+        )
+        return Output(refused=[Refused(ns, DeadLetterKind.REJECTED, reason)])
+
+    def _full(self, ev: AllocationEvent) -> Output:
+        """A new allocation refused: the node holds as many as it may."""
+        self._count("node_allocations_refused")
+        reason = (
+            f"node {ev.node!r} already holds {len(self.state['allocs']):,} allocations (at "
+            f"most {self.cfg.max_allocs_per_node:,}, GPUGAP_WORKER_MAX_ALLOCATIONS_PER_NODE): "
+            f"allocation {ev.allocation_id} refused"
+        )
+        return Output(refused=[Refused(ev, DeadLetterKind.REJECTED, reason)])
+
     def _forget(self, since: int | None) -> None:
         """Drop cached rows of minutes that data from ``since`` on (None: any) may change."""
         if since is None:
@@ -187,9 +275,13 @@ class NodeCore:
             # e.g. a pod's deletion long after its termination: the allocation is over
             self._count("events_after_end")
             return out
+        if a is None and len(s["allocs"]) >= self.cfg.max_allocs_per_node:
+            return self._full(ev)
         if a is None:
             a = s["allocs"][ev.allocation_id] = new_alloc_state(ev)
         a["events"].append(ev.event_id)
+        if len(a["events"]) > EVENTS_KEPT:
+            del a["events"][:-EVENTS_KEPT]
         self._rows.clear()
         t = ms(ev.time)
         self._count("allocation_events")
@@ -264,8 +356,21 @@ class NodeCore:
         judged = s.get("judged_ms")
         if judged is None or judged < closed:
             judged = s["judged_ms"] = closed
+        idle = s["idle"]
+        heard = -1  # the time of the latest sample, once needed (-1: not yet known)
         while judged + MINUTE_MS <= awm:
             m0 = judged
+            if not idle.get("runs") and not idle.get("episodes"):
+                if s["allocs"] and heard < 0:
+                    heard = max((cast(int, b[-1][0]) for b in s["samples"].values()), default=0)
+                if not s["allocs"] or m0 >= heard:
+                    # nothing to judge: no allocation here, or no sample from this minute on
+                    # (its rows are no_samples, never idle). No rows made now and cached until
+                    # the minute closes: that cache was most of a quiet node's memory
+                    idle.setdefault("runs", {})
+                    idle.setdefault("episodes", {})
+                    judged = s["judged_ms"] = m0 + MINUTE_MS
+                    continue
             rows = self._minute(m0)
             out.alerts += observe(
                 s["idle"], s["node"], m0, rows, allocs=s["allocs"], cfg=self.cfg.idle
@@ -285,6 +390,28 @@ class NodeCore:
             self._prune(closed, out)
         return out
 
+    def _expire(self, before: int, quiet: list[str]) -> None:
+        """Forget the GPUs in ``quiet`` (their last sample is before ``before``) that no live
+        allocation holds: they stop counting as capacity; and the pod attributions last seen
+        before ``before`` that no allocation here names."""
+        s = self.state
+        allocs = s["allocs"]
+        attrib = s["attrib"]
+        named = {f"{a['namespace'] or ''}/{a['name']}" for a in allocs.values()}
+        for key in [k for k, pods in attrib.items() if k not in named]:
+            if max(attrib[key].values(), default=before) < before:
+                del attrib[key]
+        if not quiet:
+            return
+        live = {g for a in allocs.values() if a["end"] is None for g in held(s, a)}
+        gone = [u for u in quiet if u not in live]
+        for u in gone:
+            del s["samples"][u]
+            s["known"].pop(u, None)
+        if gone:
+            self._count("gpus_expired", len(gone))
+            self._rows.clear()
+
     def _minute(self, m0: int) -> list[GpuMinute]:
         return minute_rows(self.state, m0, self.cfg.idle.for_alloc)
 
@@ -294,11 +421,20 @@ class NodeCore:
         ended = s.setdefault("ended", {})
         for aid in [k for k, end in ended.items() if end + TOMBSTONE_MS <= closed]:
             del ended[aid]
+        if len(ended) > ENDED_KEPT:
+            for aid in sorted(ended, key=ended.__getitem__)[: len(ended) - ENDED_KEPT]:
+                del ended[aid]
         keep_from = closed - MINUTE_MS  # the previous sample trims the next one's interval
-        for buf in s["samples"].values():
+        expiry = self.cfg.node_expiry_ms
+        quiet: list[str] = []  # GPUs that have not reported for the expiry
+        for u, buf in s["samples"].items():
             i = bisect_left(buf, keep_from, key=_time)
             if i > 1:
                 del buf[: i - 1]
+            if expiry is not None and buf and cast(int, buf[-1][0]) + expiry <= closed:
+                quiet.append(u)
+        if expiry is not None and (quiet or s["attrib"]):
+            self._expire(closed - expiry, quiet)
         for aid in list(s["allocs"]):
             a = s["allocs"][aid]
             if a["end"] is None or a["end"] > closed:

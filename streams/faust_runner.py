@@ -26,11 +26,12 @@ import faust
 from gpugap.kafka.admin import partition_counts
 from gpugap.kafka.consume import RawMessage, read_latest
 from gpugap.kafka.publish import KafkaPublisher
+from gpugap.kafka.trust import ClusterTrust
 from gpugap.settings import KafkaSettings
 from schemas.topics import SAMPLES
 from streams.checkpoint import Points, resume_offset, start_offset
 from streams.core import CoreConfig
-from streams.join import GLOBAL_INPUTS, Join
+from streams.join import Join
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +77,14 @@ class Runner:
         self.pub = KafkaPublisher(kafka)
         self.samples = SAMPLES.qualified(kafka.topic_prefix)
         self.episodes = episodes_topic(kafka, opts.group)
+        #: the clusters each topic may speak for (docs/kafka-trust.md), None: not mapped
+        self.trust = ClusterTrust.from_settings(kafka)
         self.join = self._new_join()
         self.join.stats.stale_after_s = opts.healthz_stale_s
         #: what Faust delivers (partitioned over the group); what every worker reads whole;
         #: and the mergers' input, read for the shards this worker owns (partition = shard)
-        self.inputs = {self.samples}
-        self.globals = {t.qualified(kafka.topic_prefix) for t in GLOBAL_INPUTS}
+        self.inputs = set(self.join.samples_topics)  # with the clusters' own, co-partitioned
+        self.globals = set(self.join.global_topics)
         self.state_topic = state_topic(kafka, opts.group)
         self.lock = asyncio.Lock()
         self._filler: Any = None  # our own consumer for offsets Faust skipped
@@ -111,6 +114,7 @@ class Runner:
             opts.config,
             partitions=opts.partitions,
             episodes_topic=self.episodes,
+            trust=self.trust,
         )
 
     async def _ready(self) -> None:

@@ -39,8 +39,10 @@ from typing import Any
 
 from gpugap.kafka.consume import DeadLetters, RawMessage
 from gpugap.kafka.publish import Publisher
+from gpugap.kafka.trust import ClusterTrust
 from schemas import Alert, K8sPodEvent, NodeSample, Record, SlurmJobEvent, decode, encode
 from schemas.clock import SECOND_MS, ms
+from schemas.errors import FatalError
 from schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
 from schemas.types import AlertKind, DeadLetterKind
 from streams.checkpoint import Points
@@ -49,7 +51,16 @@ from streams.process import Processor, Result
 from streams.shards import Shards, partition_for
 from streams.stats import WorkerStats
 
-__all__ = ["GLOBAL_INPUTS", "INPUTS", "Join", "WorkerStats", "partition_for", "tune_gc"]
+__all__ = [
+    "GLOBAL_INPUTS",
+    "INPUTS",
+    "Join",
+    "WorkerStats",
+    "check_copartitioned",
+    "input_topics",
+    "partition_for",
+    "tune_gc",
+]
 
 log = logging.getLogger(__name__)
 INPUTS = (SAMPLES, SLURM_JOBS, K8S_PODS)
@@ -61,6 +72,28 @@ MARK_INTERVAL_S = 0.2
 MAX_BUFFERED = 500_000
 
 
+def input_topics(topic_prefix: str, trust: ClusterTrust | None) -> list[str]:
+    """Every topic a worker reads (broker names): the shared inputs, then the clusters' own
+    (``GPUGAP_KAFKA_CLUSTER_TOPICS``)."""
+    names = [t.qualified(topic_prefix) for t in INPUTS]
+    return names + (trust.topics_for(INPUTS) if trust is not None else [])
+
+
+def check_copartitioned(counts: dict[str, int], topic_prefix: str) -> None:
+    """The clusters' own samples topics must be partitioned like ``gpu.samples.v1``: a
+    shard is a partition number of them all (``counts``: samples topic -> partitions)."""
+    samples = SAMPLES.qualified(topic_prefix)
+    want = counts.get(samples)
+    bad = {t: n for t, n in counts.items() if want is not None and n != want}
+    if bad:
+        raise FatalError(
+            f"worker: {samples} has {want} partition(s), but "
+            + ", ".join(f"{t} has {n}" for t, n in sorted(bad.items()))
+            + ": a cluster's own samples topic (GPUGAP_KAFKA_CLUSTER_TOPICS) is read as part "
+            "of the same shards, so give it the same number of partitions"
+        )
+
+
 class Join(Shards):
     def __init__(
         self,
@@ -70,6 +103,7 @@ class Join(Shards):
         *,
         partitions: int = 1,
         episodes_topic: str | None = None,
+        trust: ClusterTrust | None = None,
     ) -> None:
         self.pub = publisher
         self.prefix = topic_prefix
@@ -78,9 +112,14 @@ class Join(Shards):
         self.partitions = partitions
         self.samples_topic = SAMPLES.qualified(topic_prefix)
         self.global_topics = {t.qualified(topic_prefix) for t in GLOBAL_INPUTS}
+        #: the samples topic and the clusters' own (docs/kafka-trust.md), partitioned alike
+        self.samples_topics = {self.samples_topic}
+        if trust is not None:  # the clusters' own topics read beside the shared ones
+            self.samples_topics.update(trust.topics_for([SAMPLES]))
+            self.global_topics.update(trust.topics_for(GLOBAL_INPUTS))
         #: where idle alerts and marks for shards owned elsewhere go (None: all are here)
         self.episodes_topic = episodes_topic
-        self.dl = DeadLetters(publisher, "worker", topic_prefix)
+        self.dl = DeadLetters(publisher, "worker", topic_prefix, trust)
         self.stats = WorkerStats()
         #: (event ms, arrival seq, partition, raw message, record, runner's handle)
         self._buf: list[tuple[int, int, Any, RawMessage, Record, Any]] = []
@@ -196,7 +235,7 @@ class Join(Shards):
                 if not self._has(s, raw):
                     out.add(proc.scheduler(rec, self._owns(s)))
             return out
-        shard = (raw.partition or 0) if raw.topic == self.samples_topic else 0
+        shard = (raw.partition or 0) if raw.topic in self.samples_topics else 0
         if isinstance(rec, NodeSample) and self.partitions > 1:
             key = f"{rec.cluster}/{rec.node}"
             if (want := self.part(key)) != shard:
@@ -239,7 +278,8 @@ class Join(Shards):
 
     async def _advance(self, extra_ms: int) -> None:
         for proc in self.shards.values():
-            await self._deliver(proc.advance(extra_ms, merge=False), None)
+            for part in proc.advancing(extra_ms):  # in parts: bounded memory
+                await self._deliver(part, None)
         await self._marks(final=extra_ms > 0)
 
     async def _marks(self, *, final: bool) -> None:

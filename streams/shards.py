@@ -3,9 +3,10 @@ that knows which shard holds what; docs/worker.md#scale-out)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiokafka.partitioner import murmur2
@@ -13,8 +14,12 @@ from aiokafka.partitioner import murmur2
 from gpugap.kafka.consume import RawMessage
 from streams.checkpoint import Points, already_taken, keep_restored, restore_shard, shard_records
 from streams.core import CoreConfig
-from streams.process import Processor
+from streams.process import Held, Processor
 from streams.stats import WorkerStats
+
+log = logging.getLogger(__name__)
+#: the node cap's warning is logged at most this often
+CAP_WARN_EVERY_S = 60.0
 
 
 def partition_for(key: str, partitions: int) -> int:
@@ -35,6 +40,9 @@ class Shards:
     _parts: dict[str, int]
     _unstored: dict[int, set[str]]
     _buf: list[tuple[int, int, Any, RawMessage, Any, Any]]
+    _held: Held  # what the shards here hold together (the caps)
+    #: (when the node cap was last logged, nodes refused then)
+    _cap_warned: tuple[float, int] = (-CAP_WARN_EVERY_S, 0)
 
     @property
     def proc(self) -> Processor:
@@ -70,6 +78,18 @@ class Shards:
     def open_minutes(self) -> int:
         return sum(p.open_minutes() for p in self.shards.values())
 
+    def nodes_held(self) -> int:
+        """Nodes held over every shard here: what the node cap counts."""
+        return self._held.nodes
+
+    def gpus_held(self) -> int:
+        """GPUs held over every shard here: what the GPU cap counts."""
+        return self._held.gpus
+
+    def allocations_held(self) -> int:
+        """Allocations held over every shard here: what the allocation cap counts."""
+        return self._held.allocs
+
     def lowest_buffered(self) -> dict[Any, int]:
         """Per partition, the lowest offset still buffered (not yet in the core's state)."""
         low: dict[Any, int] = {}
@@ -103,11 +123,12 @@ class Shards:
         a tenth of the time: catching up, every node changes between two checkpoints."""
         return since_last_s >= max(interval_s, 10 * self.stats.snapshot_s)
 
-    def snapshot(self, points: dict[int, Points]) -> list[tuple[int, bytes, bytes]]:
+    def snapshot(self, points: dict[int, Points]) -> list[tuple[int, bytes, bytes | None]]:
         """(shard, key, value) to write: per shard, the nodes changed since its last snapshot
-        stored (the topic is compacted: it keeps the others' last records) and its meta
-        record. Call :meth:`snapshot_stored` once they are acknowledged; until then they are
-        written again with the next snapshot."""
+        stored (the topic is compacted: it keeps the others' last records; a node dropped
+        gets a tombstone, value None) and its meta record. Call :meth:`snapshot_stored`
+        once they are acknowledged; until then they are written again with the next
+        snapshot."""
         started = time.perf_counter()
         items = []
         for s in sorted(self.shards):
@@ -119,21 +140,54 @@ class Shards:
         for proc in self.shards.values():
             total.update(proc.counts())
         self.stats.core = dict(total)
+        held = self._held
+        self.stats.nodes, self.stats.gpus, self.stats.allocations = (
+            held.nodes,
+            held.gpus,
+            held.allocs,
+        )
+        refused = ("nodes_refused", "gpus_refused", "allocations_refused")
+        self._warn_cap(sum(total.get(k, 0) for k in refused))
         self.stats.snapshot_s = time.perf_counter() - started
         return items
+
+    def _warn_cap(self, refused: int) -> None:
+        at, before = self._cap_warned
+        now = time.monotonic()
+        if refused > before and now - at >= CAP_WARN_EVERY_S:
+            cfg = self.cfg
+            log.warning(
+                "state caps: %d record(s) refused (dead letters, kind rejected, each with its "
+                "reason) since the last warning; held: %d nodes (at most %s, "
+                "GPUGAP_WORKER_MAX_NODES), %d GPUs (%s, GPUGAP_WORKER_MAX_GPUS), %d "
+                "allocations (%s, GPUGAP_WORKER_MAX_ALLOCATIONS)",
+                refused - before,
+                self.stats.nodes,
+                _cap(cfg.max_nodes),
+                self.stats.gpus,
+                _cap(cfg.max_gpus),
+                self.stats.allocations,
+                _cap(cfg.max_allocs),
+            )
+            self._cap_warned = (now, refused)
 
     def snapshot_stored(self) -> None:
         self._unstored = {}
 
     def restore(
-        self, records: dict[bytes, bytes], shards: Iterable[int] | None = None
+        self, records: Mapping[bytes, bytes | None], shards: Iterable[int] | None = None
     ) -> dict[int, Points]:
         """Own ``shards`` (default: all), each from its snapshot in ``records`` (latest value
         per key) or from nothing; returns the resume points of those restored."""
         self.shards, self.skip, self._unstored = {}, {}, {}
+        self._held = Held()
         for s in range(self.partitions) if shards is None else sorted(shards):
             got = restore_shard(s, records)
             state, points = got if got is not None else (None, {})
-            self.shards[s] = Processor(self.cfg, state=state)
+            self.shards[s] = Processor(self.cfg, state=state, held=self._held)
             self.skip[s] = points
         return {s: p for s, p in self.skip.items() if p}
+
+
+def _cap(n: int | None) -> str:
+    return f"{n:,}" if n is not None else "no cap"

@@ -186,3 +186,8 @@ class ProcessorState(TypedDict):
     #: shard -> [its last watermark (None: it holds no node), final], for the merger
     marks: NotRequired[dict[str, list[Any]]]
     sources: NotRequired[int]  # how many shards send marks
+    #: totals of the nodes dropped (streams.process: the node expiry), and the shard's own
+    counts: NotRequired[dict[str, int]]
+    #: the latest closed frontier of a node dropped: a node not held starts there at the
+    #: earliest (the minutes before may have been emitted by a dropped node)
+    expired_ms: NotRequired[int]

@@ -17,6 +17,9 @@ class WorkerStats:
     last_poll: float = field(default_factory=time.monotonic)
     buffered: int = 0
     open_minutes: int = 0
+    nodes: int = 0  # nodes held (the node cap counts them), as of the last snapshot
+    gpus: int = 0  # GPUs held (the GPU cap counts them), likewise
+    allocations: int = 0  # allocations held (the allocation cap counts them), likewise
     core: dict[str, int] = field(default_factory=dict)
     snapshot_s: float = 0.0  # how long building the last snapshot took
     #: /healthz answers 503 once the worker has not polled for this long
@@ -34,6 +37,9 @@ class WorkerStats:
             f"gpugap_worker_gpu_samples_total {self.gpu_samples}",
             f"gpugap_worker_buffered_records {self.buffered}",
             f"gpugap_worker_open_minutes {self.open_minutes}",
+            f"gpugap_worker_nodes {self.nodes}",
+            f"gpugap_worker_gpus {self.gpus}",
+            f"gpugap_worker_allocations {self.allocations}",
             f"gpugap_worker_seconds_since_poll {time.monotonic() - self.last_poll:.1f}",
         ]
         lines += [f'gpugap_worker_output_total{{topic="{k}"}} {v}' for k, v in self.counts.items()]

@@ -21,12 +21,13 @@ from typing import Any
 from gpugap.kafka.admin import ensure_topics, wait_for_coordinator
 from gpugap.kafka.consume import RawMessage, read_latest
 from gpugap.kafka.publish import Publisher
+from gpugap.kafka.trust import ClusterTrust
 from gpugap.settings import KafkaSettings
 from schemas.errors import RetriableError
 from schemas.topics import SAMPLES
 from streams.checkpoint import Points, start_offset
 from streams.core import CoreConfig
-from streams.join import INPUTS, Join, WorkerStats
+from streams.join import Join, WorkerStats, check_copartitioned, input_topics
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,9 @@ class Worker:
         self.pub = publisher
         self.group = group
         self.config = config
-        self.join = Join(publisher, kafka.topic_prefix, config)
+        #: the clusters each topic may speak for (docs/kafka-trust.md), None: not mapped
+        self.trust = ClusterTrust.from_settings(kafka)
+        self.join = Join(publisher, kafka.topic_prefix, config, trust=self.trust)
         self.join.stats.stale_after_s = healthz_stale_s
         self.idle_flush_s = idle_flush_s
         self.idle_timeout_s = idle_timeout_s
@@ -102,7 +105,7 @@ class Worker:
     async def _ensure_state_topic(self) -> None:
         from aiokafka.admin import AIOKafkaAdminClient
 
-        names = [t.qualified(self.kafka.topic_prefix) for t in INPUTS]
+        names = input_topics(self.kafka.topic_prefix, self.trust)
         await ensure_topics(self.kafka, names)  # a worker started before its producers
         await ensure_topics(
             self.kafka, [self.state_topic], partitions=1, configs={"cleanup.policy": "compact"}
@@ -117,6 +120,11 @@ class Worker:
                 self._partitions[d["topic"]] = parts
         finally:
             await admin.close()
+        samples = self.join.samples_topics
+        check_copartitioned(
+            {t: len(p) for t, p in self._partitions.items() if t in samples},
+            self.kafka.topic_prefix,
+        )
 
     async def _restore(self) -> dict[int, Points]:
         """Load the latest snapshot of every shard; returns the resume points stored."""
@@ -125,7 +133,9 @@ class Worker:
         # one shard per partition of the samples (this engine owns them all)
         stats = self.join.stats
         shards = len(self._partitions[SAMPLES.qualified(self.kafka.topic_prefix)])
-        self.join = Join(self.pub, self.kafka.topic_prefix, self.config, partitions=shards)
+        self.join = Join(
+            self.pub, self.kafka.topic_prefix, self.config, partitions=shards, trust=self.trust
+        )
         self.join.stats = stats
         restored = self.join.restore(latest)
         if restored:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from gpugap.kafka.admin import prepare
 from gpugap.kafka.publish import Publisher
+from gpugap.kafka.trust import ClusterTrust
 from gpugap.settings import KafkaSettings
 from schemas import DeadLetter, Record, Topic, by_name, decode, utc_now
 from schemas.errors import InvalidRecord, RetriableError
@@ -56,21 +57,38 @@ class DeadLetters:
     """Decodes messages by their topic; whatever fails goes to ``dead-letter.v1`` with the
     original bytes, where it came from and why, and the caller goes on."""
 
-    def __init__(self, publisher: Publisher, consumer: str, topic_prefix: str = "") -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        consumer: str,
+        topic_prefix: str = "",
+        trust: ClusterTrust | None = None,
+    ) -> None:
         self.publisher = publisher
         self.consumer = consumer
         self.topic_prefix = topic_prefix
+        #: the clusters each topic's records may claim (GPUGAP_KAFKA_CLUSTER_TOPICS), if any
+        self.trust = trust
         self.counts: Counter[str] = Counter()
         self._warned_at: dict[str, float] = {}
         self._unwarned: Counter[str] = Counter()
 
     async def decode(self, msg: RawMessage) -> Record | None:
-        """The message's record, or None after dead-lettering it."""
+        """The message's record, or None after dead-lettering it (also a record that claims a
+        cluster its topic may not speak for, see ``gpugap.kafka.trust``)."""
+        trust = self.trust
         try:
-            return decode(by_name(msg.topic, self.topic_prefix), msg.value)
+            if trust is None:
+                return decode(by_name(msg.topic, self.topic_prefix), msg.value)
+            topic = trust.schema(msg.topic) or by_name(msg.topic, self.topic_prefix)
+            record = decode(topic, msg.value)
         except InvalidRecord as exc:
             await self.route(msg, exc.reason, DeadLetterKind(exc.kind))
             return None
+        if (reason := trust.refuse(msg.topic, topic, record)) is not None:
+            await self.route(msg, reason, DeadLetterKind.UNTRUSTED)
+            return None
+        return record
 
     async def route(self, msg: RawMessage, reason: str, kind: DeadLetterKind) -> None:
         """Dead-letter a message; also for valid records a later step refuses (late, rejected)."""

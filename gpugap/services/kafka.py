@@ -177,6 +177,9 @@ class LocalKafka:
         self.settings = settings
         # appended to server.properties (a later key wins): e.g. an extra SSL listener
         self.extra_properties = dict(extra_properties or {})
+        #: more arguments for the first ``kafka-storage format`` (``--add-scram ...``: SCRAM
+        #: users a KRaft cluster must know before it starts)
+        self.format_args: list[str] = []
         self.home = settings.state_dir / "kafka"
         self.pid_file = self.home / "kafka.pid"
         self.log_file = self.home / "server.log"
@@ -269,6 +272,7 @@ class LocalKafka:
                     "-c",
                     str(props),
                     "--ignore-formatted",
+                    *self.format_args,
                 ],
                 capture_output=True,
                 text=True,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpugap.kafka.publish import Publisher
-from schemas import Record, Topic
+from schemas import Record, Topic, decode
 from schemas.models import AllocationEvent, Attribution, GpuSample, NodeSample
 from schemas.types import ActivityMetric, LifecycleKind, SampleSource, Scheduler, WorkloadClass
 
@@ -123,3 +123,24 @@ class Null(Publisher):
 
     async def flush(self) -> None:
         pass
+
+
+class Recording(Publisher):
+    """A publisher that keeps what it was given (decoded), for the worker's tests."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, Record]] = []
+
+    async def send(self, topic: Topic[Any], record: Record) -> None:
+        self.records.append((topic.name, record))
+
+    async def send_encoded(
+        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
+    ) -> None:
+        self.records.append((topic.name, decode(topic, value)))
+
+    async def flush(self) -> None:
+        pass
+
+    def of(self, kind: type[Record]) -> list[Any]:
+        return [r for _, r in self.records if isinstance(r, kind)]

@@ -13,33 +13,12 @@ from typing import Any
 import pytest
 
 from gpugap.kafka.consume import RawMessage
-from gpugap.kafka.publish import Publisher
 from schemas import DeadLetter, GpuMinute, NodeSample, Record, decode, encode
 from schemas.errors import SchemaViolation
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, Topic
 from streams.core import CoreConfig
 from streams.join import Join
-from tests.streams.helpers import gpu
-
-
-class Recording(Publisher):
-    def __init__(self) -> None:
-        self.records: list[tuple[str, Record]] = []
-
-    async def send(self, topic: Topic[Any], record: Record) -> None:
-        self.records.append((topic.name, record))
-
-    async def send_encoded(
-        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
-    ) -> None:
-        self.records.append((topic.name, decode(topic, value)))
-
-    async def flush(self) -> None:
-        pass
-
-    def of(self, kind: type[Record]) -> list[Any]:
-        return [r for _, r in self.records if isinstance(r, kind)]
-
+from tests.streams.helpers import Recording, gpu
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 
