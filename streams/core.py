@@ -13,9 +13,12 @@ leaves the new state in ``core.state``.
   on (its closed part cannot change any more).
 - **Duplicates**: allocation events by ``event_id``, samples by (GPU, time): ignored, counted.
 - **GPUs**: Slurm indices map to UUIDs from the node's own samples; Kubernetes pods get the
-  GPUs whose samples carry their (namespace, pod) attribution. Where no telemetry says which
-  GPU it is, a stable placeholder UUID stands in (``placeholder_uuid``): those rows are
-  allocated and flagged ``no_samples`` (consumption unknown, never idle or consumed).
+  GPUs whose samples carry their (namespace, pod) attribution *within the pod's lifetime*:
+  the attribution names no UID, so each GPU keeps the spans of time a name was seen on it,
+  and a pod recreated under the same name (a new UID, a new allocation) holds only what was
+  seen while it ran. Where no telemetry says which GPU it is, a stable placeholder UUID
+  stands in (``placeholder_uuid``): those rows are allocated and flagged ``no_samples``
+  (consumption unknown, never idle or consumed).
 - **Rows**: per GPU per minute one row per allocation holding it (split at allocation
   boundaries) and one unallocated row (``allocation_id`` None) for the seconds nobody held a
   GPU the node reports; its consumption is unattributed use.
@@ -25,9 +28,12 @@ leaves the new state in ``core.state``.
   ``node_expiry_ms`` (event time, against the closed frontier) is forgotten unless a live
   allocation holds it, and so is a pod attribution no allocation names; a node holds at most
   ``MAX_GPUS_PER_NODE`` GPUs and ``max_allocs_per_node`` allocations (a record that would
-  add more is refused), an allocation remembers its last ``EVENTS_KEPT`` event ids and a
-  node its last ``ENDED_KEPT`` ended allocations. Forgetting whole nodes, and the caps over
-  every node of a worker, are ``streams.process``'s.
+  add more is refused), an allocation remembers its last ``EVENTS_KEPT`` event ids, a
+  node its last ``ENDED_KEPT`` ended allocations, and a pod name at most ``SPANS_KEPT``
+  spans per GPU (past that the closest two merge); a pod forgotten takes with it the spans
+  of its name seen before the closed frontier that no pod of the name still held needs.
+  Forgetting whole nodes, and the caps over every node of a worker, are
+  ``streams.process``'s.
 """
 
 from __future__ import annotations
@@ -47,8 +53,8 @@ from schemas.types import (
     format_utc,
 )
 from streams.detect_idle import IdleConfig, observe
-from streams.rows import held, minute_rows, placeholder_uuid
-from streams.state import NodeState, new_alloc_state, new_node_state
+from streams.rows import held, in_life, learns, minute_rows, placeholder_uuid, pod_key
+from streams.state import NodeState, Span, new_alloc_state, new_node_state, upgrade_node_state
 from streams.window import Sample
 
 # ms: benchmarks/worker_inproc.py reads it from here
@@ -71,6 +77,13 @@ TOMBSTONE_MS = DAY_MS  # then remember only that they ended (late deletions, dup
 EVENTS_KEPT = 32
 #: ended allocations remembered per node (the oldest go first, before TOMBSTONE_MS)
 ENDED_KEPT = 10_000
+#: spans of one pod name on one GPU (a name seen on a GPU, then not, then again: a pod
+#: recreated under it, or gaps in the telemetry); past this the closest two merge
+SPANS_KEPT = 16
+#: a pod name seen on a GPU again within this many sample intervals goes on the same span
+SPAN_GAP_INTERVALS = 2
+#: what :func:`see` returns when every cached minute may have changed
+EVERYTHING = -1
 #: the defaults of the worker's state bounds (GPUGAP_WORKER_*, docs/worker.md#state-bounds)
 NODE_EXPIRY_MS = 3_600_000
 MAX_NODES = 200_000
@@ -157,7 +170,7 @@ class Output:
 
 class NodeCore:
     def __init__(self, state: NodeState, config: CoreConfig | None = None) -> None:
-        self.state = state
+        self.state = upgrade_node_state(state)  # a checkpoint an earlier release wrote
         self.cfg = config or CoreConfig()
         #: minute start -> the rows the alert pass computed for it, reused when the minute
         #: closes unless something that could change them arrived in between (not state: a
@@ -201,6 +214,7 @@ class NodeCore:
         self._seen(t)
         index, known, samples = s["index"], s["known"], s["samples"]
         everything = False  # whether cached rows of every minute may have changed
+        since = t - dt  # else the earliest time from which they may have (EVERYTHING: all)
         for g in ns.gpus:
             u = g.uuid
             if g.mig is None:
@@ -227,10 +241,11 @@ class NodeCore:
             a = g.attribution
             if a is not None and a.pod:
                 pods = s["attrib"].setdefault(f"{a.namespace or ''}/{a.pod}", {})
-                everything = everything or u not in pods
-                pods[u] = t
+                changed = see(pods, u, t, SPAN_GAP_INTERVALS * dt)
+                if changed is not None and changed < since:
+                    since = changed
         if self._rows:
-            self._forget(None if everything else t - dt)
+            self._forget(None if everything else since)
         return self.close()
 
     def _too_many(self, ns: NodeSample) -> Output | None:
@@ -397,9 +412,10 @@ class NodeCore:
         s = self.state
         allocs = s["allocs"]
         attrib = s["attrib"]
-        named = {f"{a['namespace'] or ''}/{a['name']}" for a in allocs.values()}
-        for key in [k for k, pods in attrib.items() if k not in named]:
-            if max(attrib[key].values(), default=before) < before:
+        named = {pod_key(a) for a in allocs.values()}
+        for key in [k for k in attrib if k not in named]:
+            last = max((spans[-1][1] for spans in attrib[key].values()), default=before)
+            if last < before:
                 del attrib[key]
         if not quiet:
             return
@@ -435,6 +451,7 @@ class NodeCore:
                 quiet.append(u)
         if expiry is not None and (quiet or s["attrib"]):
             self._expire(closed - expiry, quiet)
+        gone: set[str] = set()  # pod names of allocations forgotten now
         for aid in list(s["allocs"]):
             a = s["allocs"][aid]
             if a["end"] is None or a["end"] > closed:
@@ -448,10 +465,80 @@ class NodeCore:
             if a["end"] + RETAIN_MS <= closed:
                 del s["allocs"][aid]
                 s.setdefault("ended", {})[aid] = a["end"]
-                key = f"{a['namespace'] or ''}/{a['name']}"
-                learned = a["indices"] is None and not a["uuids"]
-                if learned and s["attrib"].pop(key, None) is not None:
-                    self._rows.clear()  # a pod of the same name may still hold GPUs
+                if learns(a) and pod_key(a) in s["attrib"]:
+                    gone.add(pod_key(a))
+        if gone:
+            self._trim(gone, closed)
+
+    def _trim(self, keys: set[str], closed: int) -> None:
+        """Forget the spans of the pod names ``keys`` seen before ``closed`` that lie in the
+        life of no allocation held of that name (a pod recreated under the name keeps its
+        own); later ones stay for a pod whose events may still come (or the expiry). No
+        allocation held changes GPUs: no cached rows change."""
+        s = self.state
+        lives: dict[str, list[tuple[int | None, int | None]]] = {k: [] for k in keys}
+        for a in s["allocs"].values():
+            if learns(a) and (life := lives.get(pod_key(a))) is not None:
+                life.append((a["start"], a["end"]))
+        attrib = s["attrib"]
+        for key, life in lives.items():
+            pods = attrib[key]
+            for u in list(pods):
+                kept = [
+                    sp
+                    for sp in pods[u]
+                    if sp[1] >= closed or any(in_life([sp], lo, hi) for lo, hi in life)
+                ]
+                if kept:
+                    pods[u] = kept
+                else:
+                    del pods[u]
+            if not pods:
+                del attrib[key]
+
+
+def see(pods: dict[str, list[Span]], u: str, t: int, gap: int) -> int | None:
+    """Add a sample at ``t`` naming a pod on GPU ``u`` to the spans of that name (``pods``:
+    per GPU, sorted, apart by more than ``gap``): None if they hold it already, else the
+    earliest time from which rows may change (``EVERYTHING``: of any minute)."""
+    spans = pods.get(u)
+    if spans is None:
+        pods[u] = [[t, t]]
+        return EVERYTHING
+    last = spans[-1]
+    if t > last[1]:  # in order: the usual case
+        if t - last[1] <= gap:
+            before = last[1]
+            last[1] = t  # only a pod starting after ``before`` can gain the GPU
+            return before
+        spans.append([t, t])
+    elif t >= last[0]:
+        return None
+    else:  # out of order: before the latest span began
+        i = bisect_left(spans, t, key=_last)  # the first span not over before t
+        nxt = spans[i]
+        if nxt[0] <= t:
+            return None
+        prev = spans[i - 1] if i else None
+        if prev is not None and t - prev[1] <= gap:
+            if nxt[0] - t <= gap:
+                prev[1] = nxt[1]  # t joins the two
+                del spans[i]
+            else:
+                prev[1] = t
+        elif nxt[0] - t <= gap:
+            nxt[0] = t
+        else:
+            spans.insert(i, [t, t])
+    if len(spans) > SPANS_KEPT:  # bounded: the two closest become one
+        j = min(range(1, len(spans)), key=lambda k: spans[k][0] - spans[k - 1][1])
+        spans[j - 1][1] = spans[j][1]
+        del spans[j]
+    return EVERYTHING
+
+
+def _last(span: Span) -> int:
+    return span[1]
 
 
 def _time(sample: Sample) -> int:

@@ -19,7 +19,7 @@ from schemas.fast import trusted
 from schemas.models import GpuMinute, IdlePolicy
 from schemas.types import ActivityMetric, Scheduler, WorkloadClass
 from streams import window as W
-from streams.state import AllocState, NodeState
+from streams.state import AllocState, NodeState, Span
 
 #: enum members by value (the state holds values)
 ENUMS: dict[str, StrEnum] = {
@@ -34,8 +34,50 @@ def placeholder_uuid(cluster: str, node: str, key: str) -> str:
     return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpugap:unknown/{cluster}/{node}/{key}"))
 
 
+def pod_key(a: AllocState) -> str:
+    """The name the samples' attribution gives the pod of ``a``: "namespace/pod"."""
+    return f"{a['namespace'] or ''}/{a['name']}"
+
+
+def learns(a: AllocState) -> bool:
+    """Whether ``a``'s GPUs come from the samples' attribution (a pod: neither Slurm's
+    indices nor UUIDs in its events)."""
+    return a["indices"] is None and not a["uuids"]
+
+
+def seen_in_life(spans: list[Span], start: int | None, end: int | None) -> tuple[int, int] | None:
+    """How long ``spans`` ([first, last] sample times, oldest first) lie in [start, end), and
+    from when; None if they never do."""
+    lo = start if start is not None else -(1 << 62)  # known by its end only
+    hi = end if end is not None else 1 << 62
+    since: int | None = None
+    lived = 0
+    for first, last in spans:
+        if first >= hi:
+            break
+        if last >= lo:
+            b = max(first, lo)
+            since = b if since is None else since
+            lived += min(last, hi) - b
+    return None if since is None else (lived, since)
+
+
+def in_life(spans: list[Span], start: int | None, end: int | None) -> bool:
+    """Whether one of ``spans`` lies in [start, end)."""
+    return seen_in_life(spans, start, end) is not None
+
+
 def held(s: NodeState, a: AllocState) -> list[str]:
-    """The GPUs (uuids) allocation ``a`` holds on the node whose state is ``s``."""
+    """The GPUs (uuids) allocation ``a`` holds on the node whose state is ``s``.
+
+    A pod holds the GPUs the samples named it on (namespace/pod: the attribution carries no
+    UID) within its own lifetime, [start, end): a pod deleted and recreated under the same
+    name is another allocation, and neither holds the other's GPUs. A pod's GPUs are fixed
+    for its life and its events give their count: if the name was seen on more GPUs than
+    that in its life (its end not known yet while a successor's samples come, or a
+    predecessor's name still on a sample or two after the successor started), it holds those
+    seen longest in its life (then first). Until a sample names a GPU, stable placeholders
+    stand in for the count its events gave."""
     cluster, node = s["cluster"], s["node"]
     if a["uuids"]:
         return list(a["uuids"])
@@ -43,7 +85,16 @@ def held(s: NodeState, a: AllocState) -> list[str]:
         return [
             s["index"].get(str(i)) or placeholder_uuid(cluster, node, str(i)) for i in a["indices"]
         ]
-    learned = sorted(s["attrib"].get(f"{a['namespace'] or ''}/{a['name']}", {}))
+    learned: list[str] = []
+    if seen := s["attrib"].get(pod_key(a)):
+        start, end, n = a["start"], a["end"], a["gpus"]
+        found = []
+        for u, spans in seen.items():
+            if (x := seen_in_life(spans, start, end)) is not None:
+                found.append((-x[0], x[1], u))  # the longest seen first, then the earliest
+        if 0 < n < len(found):
+            found = sorted(found)[:n]
+        learned = sorted(u for _, _, u in found)
     missing = max(0, a["gpus"] - len(learned))
     fill = [placeholder_uuid(cluster, node, f"{a['id']}/{i}") for i in range(missing)]
     return learned + fill

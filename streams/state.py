@@ -18,6 +18,8 @@ from streams.window import Sample
 
 #: an idle run of one GPU of one allocation: [first idle minute (ms), idle minutes so far]
 IdleRun = list[int]
+#: a spell of samples naming one pod (namespace/name) on one GPU: [first, last sample time]
+Span = list[int]
 
 
 class AllocState(TypedDict):
@@ -100,7 +102,11 @@ class NodeState(TypedDict):
     index: dict[str, str]  # str(gpu index) -> uuid (non-MIG GPUs)
     known: dict[str, int]  # uuid -> first millisecond it reported (capacity from there on)
     samples: dict[str, list[Sample]]  # uuid -> its buffered samples, sorted by time
-    attrib: dict[str, dict[str, int]]  # "namespace/pod" -> {uuid: last sample time}
+    #: "namespace/pod" -> {uuid: its spells, oldest first}: the samples' attribution names a
+    #: pod, not its UID; a pod allocation holds the GPUs its name was seen on in its own
+    #: lifetime (a pod recreated under the name is another allocation: streams.rows.held).
+    #: Before spans, a checkpoint held {uuid: last sample time} (upgrade_node_state)
+    attrib: dict[str, dict[str, list[Span]]]
     allocs: dict[str, AllocState]
     #: allocation id -> end, of allocations no longer held in "allocs"
     ended: NotRequired[dict[str, int]]
@@ -126,6 +132,30 @@ def new_node_state(cluster: str, node: str) -> NodeState:
         "idle": {},
         "counts": {},
     }
+
+
+def upgrade_node_state(s: NodeState) -> NodeState:
+    """A node's state as an earlier release wrote it, in this release's shape (in place).
+
+    Pod attributions were ``{uuid: last sample time}``: the time the name was first seen on
+    the GPU was not kept. Each becomes one span from the earliest start of the allocations
+    of that name held (else its last time) to its last time: the allocations of the name
+    that had started by then hold the GPU (up to their GPU count), as before the restore;
+    what is seen after it is matched by lifetime."""
+    attrib: dict[str, Any] = s["attrib"]
+    for key, gpus in attrib.items():
+        if not any(type(v) is int for v in gpus.values()):
+            continue
+        starts = [
+            a["start"]
+            for a in s["allocs"].values()
+            if a["start"] is not None and f"{a['namespace'] or ''}/{a['name']}" == key
+        ]
+        first = min(starts, default=None)
+        for u, last in gpus.items():
+            if type(last) is int:
+                gpus[u] = [[min(first, last) if first is not None else last, last]]
+    return s
 
 
 #: one bound pod of a gang: [bound at (ms), node, GPUs]

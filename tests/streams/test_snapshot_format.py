@@ -4,8 +4,9 @@ changed encoding would rewrite every node).
 
 snapshot_golden.json is what the worker wrote for ``records()`` (one open idle episode, merged
 state, a partial gang, an orphaned end, ended allocations, learned pod GPUs). If the format
-changes on purpose, old checkpoints must still restore: keep that working, then write the
-file again with ``.venv/bin/python -m tests.streams.test_snapshot_format``.
+changes on purpose, old checkpoints must still restore: keep that working (keep the file as it
+was, as the fixture of a test that restores it), then write the file again with
+``.venv/bin/python -m tests.streams.test_snapshot_format``.
 """
 
 from __future__ import annotations
@@ -15,16 +16,20 @@ import zlib
 from pathlib import Path
 
 from schemas import AllocationEvent, K8sPodEvent, NodeSample
+from schemas.clock import ms
 from schemas.types import EventSource, PodEventKind, PodPhase
 from streams.core import CoreConfig
 from streams.detect_idle import IdleConfig
 from streams.join import Join
 from streams.process import Processor
-from tests.streams.helpers import Null, T, pod, samples, slurm
+from tests.streams.helpers import Null, T, gpu, pod, samples, slurm
 
 GOLDEN = Path(__file__).with_name("snapshot_golden.json")
 #: what 0.1.0 wrote (before alerts carried their idle policy): must restore too
 GOLDEN_0_1 = Path(__file__).with_name("snapshot_golden_0.1.json")
+#: what the worker wrote before pod attributions were spans of time (each GPU's last sample
+#: time only, ``{uuid: ms}``): must restore too (``streams.state.upgrade_node_state``)
+GOLDEN_BEFORE_SPANS = Path(__file__).with_name("snapshot_golden_before_spans.json")
 CFG = CoreConfig(idle=IdleConfig(minutes=3))
 CUT = "10:16:00"  # the snapshot is taken after the records up to here
 
@@ -145,6 +150,27 @@ def test_a_0_1_checkpoint_restores_and_goes_on_alike_but_for_the_policy() -> Non
             g["policy"] = w["policy"] = None
         assert g == w
     assert differ <= 1
+
+
+def test_a_checkpoint_from_before_attribution_spans_restores_and_goes_on_alike() -> None:
+    old = json.loads(GOLDEN_BEFORE_SPANS.read_text())
+    node = json.loads(old["node:hpc/n1"])
+    assert node["attrib"] == {"ns/p": {gpu(2): ms(T("10:16:00"))}}  # the last sample time
+    restored = Join(Null(), "", CFG)
+    restored.restore({k.encode(): zlib.compress(v.encode()) for k, v in old.items()})
+    # one span from the start of the pod of that name: it holds the GPU as before
+    state = restored.proc.cores["hpc/n1"].state
+    assert state["attrib"] == {"ns/p": {gpu(2): [[ms(T("10:00:00")), ms(T("10:16:00"))]]}}
+
+    original, _ = snapshot_now()
+    _, after = up_to(CUT)
+    assert feed(restored.proc, after) == feed(original.proc, after)
+    got, want = written(restored), written(original)
+    assert got.keys() == want.keys()
+    # the same state but for when that span began (not in the old checkpoint)
+    first = f"[[{ms(T('10:00:00'))},"
+    assert got["node:hpc/n1"] == want["node:hpc/n1"].replace(f"[[{ms(T('10:00:10'))},", first)
+    assert all(got[k] == want[k] for k in want if k != "node:hpc/n1")
 
 
 if __name__ == "__main__":
