@@ -130,9 +130,17 @@ class NodeSample(Record):
         return self
 
 
-def slurm_allocation_id(cluster: str, job_id: str) -> str:
-    """The id every part uses for a Slurm job's allocation."""
-    return f"slurm/{cluster}/{job_id}"
+def slurm_run_id(job_id: str, run: int | None = None) -> str:
+    """A job id and its run: ``12`` for the first run (run 0), ``12#1`` for the run after the
+    first requeue. Slurm's ids never hold ``#``: the suffix cannot meet a real id."""
+    return f"{job_id}#{run}" if run else job_id
+
+
+def slurm_allocation_id(cluster: str, job_id: str, run: int | None = None) -> str:
+    """The id every part uses for one run of a Slurm job: ``slurm/<cluster>/<job>`` for its
+    first run (the ids before runs existed), ``slurm/<cluster>/<job>#<run>`` for a later one
+    (``run``: Slurm's restart count, see docs/architecture.md#slurm-job-runs)."""
+    return f"slurm/{cluster}/{slurm_run_id(job_id, run)}"
 
 
 def k8s_allocation_id(cluster: str, uid: str) -> str:
@@ -169,6 +177,11 @@ class SlurmJobEvent(Record):
     source: EventSource
     cluster: Name
     job_id: Name = Field(description="Slurm's job id as printed, e.g. '1234', '1234_7', '1234+1'")
+    run: NonNegInt | None = Field(
+        default=None,
+        description="the run: Slurm's restart count (requeues before it); None or 0: the "
+        "first run. Each run is an allocation of its own",
+    )
     array_job_id: NonNegInt | None = None
     array_task_id: NonNegInt | None = None
     het_job_id: NonNegInt | None = None
@@ -191,7 +204,7 @@ class SlurmJobEvent(Record):
 
     @property
     def allocation_id(self) -> str:
-        return slurm_allocation_id(self.cluster, self.job_id)
+        return slurm_allocation_id(self.cluster, self.job_id, self.run)
 
     @model_validator(mode="after")
     def _times_for_kind(self) -> Self:
@@ -257,7 +270,10 @@ class AllocationEvent(Record):
     cluster: Name
     node: Name
     scheduler: Scheduler
-    allocation_id: EventId = Field(description="'slurm/<cluster>/<job>' or 'k8s/<cluster>/<uid>'")
+    allocation_id: EventId = Field(
+        description="'slurm/<cluster>/<job>' ('slurm/<cluster>/<job>#<run>' for a run after a "
+        "requeue) or 'k8s/<cluster>/<uid>'"
+    )
     gpus: NonNegInt = Field(le=MAX_GPUS_PER_NODE)
     gpu_indices: tuple[NonNegInt, ...] | None = Field(
         default=None, max_length=MAX_GPUS_PER_NODE, description="Slurm: indices"

@@ -134,6 +134,9 @@ class SlurmJobState(StrEnum):
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
     BOOT_FAIL = "BOOT_FAIL"
     DEADLINE = "DEADLINE"
+    #: the run was requeued (scontrol requeue, RequeueExit, a federation requeue): it ended,
+    #: and the job runs again as its next run (a new allocation, see SlurmJobEvent.run)
+    REQUEUED = "REQUEUED"
 
 
 class PodEventKind(StrEnum):

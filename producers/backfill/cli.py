@@ -86,4 +86,7 @@ def _backfill(args: argparse.Namespace) -> int:
     publisher = open_publisher(args.out, settings.kafka)
     asyncio.run(run_producer(source, publisher))
     print(f"backfill {args.name}: {source.published:,} records published", file=sys.stderr)
+    problem = source.problem()
+    if problem is not None:
+        raise ConfigError(problem)  # one line, exit 2
     return 0

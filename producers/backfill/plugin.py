@@ -6,7 +6,7 @@ a source's code and its libraries are imported when it runs.
 
 from gpugap.plugin import Option, Plugin
 
-from .settings import BackfillSettings
+from .settings import BackfillSettings, SlurmBackfillSettings
 
 _PROMETHEUS = (
     Option(
@@ -52,12 +52,25 @@ SOURCES: dict[str, Plugin] = {
         help="Slurm's accounting (sacct) -> job start/end events on slurm.jobs.v1",
         extra="backfill",
         target="producers.backfill.slurm:SlurmHistory",
-        settings=BackfillSettings,
+        settings=SlurmBackfillSettings,
         requires=("aiohttp",),
         kind="backfill",
         options=(
             *_RUN,
             Option("--sacct", "sacct", "the sacct command (default sacct)", {"metavar": "CMD"}),
+            Option(
+                "--timezone",
+                "timezone",
+                "the zone of a dump's times that carry no offset (sacct prints local "
+                "time): UTC, Europe/Berlin...",
+                {"metavar": "TZ"},
+            ),
+            Option(
+                "--requeue-lookback",
+                "requeue_lookback_s",
+                "seconds before --since sacct is asked for requeued runs (default 30 days)",
+                {"metavar": "S", "type": int},
+            ),
             *_PROMETHEUS[:1],
             *_PROMETHEUS[1:],
         ),

@@ -78,6 +78,11 @@ class Backfill(Producer):
     async def prepare(self) -> None:
         """Anything a source reads once before the chunks (default: nothing)."""
 
+    def problem(self) -> str | None:
+        """After the run: why it failed although nothing raised (the command then exits
+        non-zero with this line), e.g. input of which nothing could be read. Default: None."""
+        return None
+
     async def run(self, stop: asyncio.Event, once: bool = False) -> None:
         assert self.publisher is not None
         cp = Checkpoint.open(self.cfg.checkpoint_dir, self.checkpoint_key(), restart=self.restart)

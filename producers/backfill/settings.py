@@ -8,7 +8,7 @@ checkpoints. Flags of ``gpugap backfill SOURCE`` override the same fields.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import ClassVar, Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
@@ -62,15 +62,54 @@ class BackfillSettings(BaseSettings):
     sacct: str = Field(default="sacct", description="the sacct command")
     sacct_timeout_s: float = Field(default=300.0, gt=0, description="per sacct call")
 
+    #: whether the source asks Prometheus for ranges (query_range: its points-per-series
+    #: limit bounds a chunk); sacct's chunks are bounded by nothing of Prometheus's
+    range_queries: ClassVar[bool] = True
+
     @model_validator(mode="after")
     def _checks(self) -> Self:
         token = read_secret(self.bearer_token, self.bearer_token_file, "the Prometheus token")
         object.__setattr__(self, "bearer_token", token)
         points = self.chunk_s / self.scrape_interval_s
-        if points > self.points_per_series:
+        if self.range_queries and points > self.points_per_series:
             raise ValueError(
                 f"chunk_s {self.chunk_s} holds {points:,.0f} points of a series scraped every "
                 f"{self.scrape_interval_s:g}s, more than points_per_series "
                 f"{self.points_per_series}: a shorter chunk"
             )
+        return self
+
+
+class SlurmBackfillSettings(BackfillSettings):
+    """``gpugap backfill slurm``: the same ``GPUGAP_BACKFILL_*`` variables, and sacct's own.
+
+    Its chunks are sacct calls: Prometheus's points-per-series limit does not bound them
+    (``--prometheus`` asks only instant queries of it, one per chunk)."""
+
+    range_queries: ClassVar[bool] = False
+
+    timezone: str | None = Field(
+        default=None,
+        max_length=64,
+        description="the zone sacct printed a dump's times in when they carry no offset "
+        "(sacct prints local time); e.g. UTC, Europe/Berlin",
+    )
+    requeue_lookback_s: int = Field(
+        default=30 * 86400,
+        ge=0,
+        le=366 * 86400,
+        description="how far before --since sacct is asked for requeued runs, so that a run "
+        "after a requeue gets its run number even when the run before it ended earlier",
+    )
+
+    @model_validator(mode="after")
+    def _zone(self) -> Self:
+        if self.timezone is not None:
+            from producers.slurm.fields import ParseError
+            from producers.slurm.sacct import zone
+
+            try:
+                zone(self.timezone)
+            except ParseError as exc:
+                raise ValueError(str(exc)) from None
         return self

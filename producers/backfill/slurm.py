@@ -1,10 +1,24 @@
 """``gpugap backfill slurm``: Slurm's accounting (``sacct``, slurmdbd) -> job start/end events.
 
 The events are the poller's and the hooks' (``producers.slurm.event.events_for``: same ids
-``slurm/<cluster>/<job>/<start|end>``, same fields), so a job the live path also reported is
-one job after dedupe. sacct is read with ``-P`` (``SLURM_TIME_FORMAT=%s``, JobName last, a
-``|`` in a name cannot shift a field; ``producers.slurm.parse.sacct_jobs``): ``--json``
-carries nothing more for this (its ``tres.allocated`` has the same GPU count, no indices).
+``slurm/<cluster>/<job>[#<run>]/<start|end>``, same fields), so a job the live path also
+reported is one job after dedupe. sacct is read with ``-P -D`` (``SLURM_TIME_FORMAT=%s``,
+JobName last, a ``|`` in a name cannot shift a field; ``producers.slurm.sacct``): every
+record, so each run of a requeued job is an allocation of its own (docs/architecture.md
+#slurm-job-runs), keyed by (cluster, JobIDRaw, run). ``--json`` carries nothing more for
+this (its ``tres.allocated`` has the same GPU count, no indices).
+
+**Runs.** sacct before 24.11 has no restart count: a record's run is its place among the
+records of its job id. A run's record follows the one of the run before, which ended
+REQUEUED, NODE_FAIL or PREEMPTED, perhaps before ``--since`` or the chunk: sacct is asked
+once for those (``--requeue-lookback``, 30 days before ``--since``), and each chunk's
+records are numbered after them. Where sacct has ``Restarts`` (24.11+) it is used too.
+
+**A saved dump** (``--sacct-file``) is read as sites keep it: with or without its header,
+epoch or ISO times (naive ones in ``--timezone``; none given: refused, with the fix), one
+cluster or several (each record keeps its Cluster; ``--cluster`` with several is refused).
+A dump of which nothing can be read is refused whole (exit 2), never "published" as dead
+letters only.
 
 Each chunk asks sacct for the jobs of its window (padded by a minute at each end) and emits
 the events whose time falls in the chunk, so a job that spans chunks is reported once; the
@@ -32,16 +46,17 @@ from pydantic import ValidationError
 from gpugap.settings import Settings
 from producers.slurm import sources
 from producers.slurm.event import JobInfo, job_event
-from producers.slurm.parse import sacct_jobs
+from producers.slurm.fields import SACCT_FIELDS, ParseError
+from producers.slurm.sacct import NeedsTimezone, assign_runs, sacct_jobs
 from schemas import DeadLetter, SlurmJobEvent, Topic, utc_now
-from schemas.errors import ServiceError
+from schemas.errors import ConfigError, ServiceError
 from schemas.topics import DEAD_LETTER, SLURM_JOBS
 from schemas.types import DeadLetterKind
 
 from .plan import Chunk
 from .promql import PromClient, node_of
 from .runner import Backfill, Published
-from .settings import BackfillSettings
+from .settings import BackfillSettings, SlurmBackfillSettings
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +84,16 @@ class SlurmHistory(Backfill):
         self.explicit_cluster: str | None = explicit or None
         self.sacct_file = sacct_file
         self.client = PromClient(config) if config.prometheus_url else None
+        self.timezone = config.timezone if isinstance(config, SlurmBackfillSettings) else None
+        self.lookback_s = (
+            config.requeue_lookback_s if isinstance(config, SlurmBackfillSettings) else 30 * 86400
+        )
         self._file_jobs: list[JobInfo] | None = None
         self._bad: list[tuple[str, str]] = []
+        self._earlier: list[JobInfo] = []  # requeued runs before --since (live sacct)
+        self._fields = SACCT_FIELDS
         self.dead_letters = 0
+        self.events = 0
         self.indices_found = 0
         self.indices_unknown = 0
 
@@ -83,6 +105,8 @@ class SlurmHistory(Backfill):
         key = {**super().checkpoint_key(), "sacct": str(self.sacct_file or self.cfg.sacct)}
         if self.client is not None:
             key["prometheus"] = self.client.url
+        if self.timezone is not None:
+            key["timezone"] = self.timezone
         return key
 
     async def prepare(self) -> None:
@@ -99,9 +123,47 @@ class SlurmHistory(Backfill):
                 raise ServiceError(
                     f"backfill slurm: cannot read {self.sacct_file}: {exc}"
                 ) from None
-            jobs, bad = sacct_jobs(text)
-            self._file_jobs = jobs
-            self._bad = bad
+            self._file_jobs, self._bad = self._read_dump(text)
+            return
+        # live: the requeued runs before the range, that records in it may follow
+        t = self.cfg.sacct_timeout_s
+        self._fields = await sources.sacct_fields(self.cfg.sacct, t)
+        lo = self.since_ms // 1000 - self.lookback_s
+        try:
+            self._earlier, bad = await sources.sacct_requeued(
+                self.cfg.sacct, lo, self.until_ms // 1000 + PAD_S, t, self._fields
+            )
+        except (sources.CommandError, OSError) as exc:
+            raise ServiceError(
+                f"backfill slurm: sacct failed: {exc} (is slurmdbd there?)"
+            ) from None
+        self._bad = bad
+
+    def _read_dump(self, text: str) -> tuple[list[JobInfo], list[tuple[str, str]]]:
+        """The dump's records, or a ConfigError that names the fix when it cannot be used."""
+        name = self.sacct_file
+        try:
+            jobs, bad = sacct_jobs(text, self.timezone)
+        except NeedsTimezone as exc:
+            raise ConfigError(f"backfill slurm: {name}: {exc}") from None
+        except ParseError as exc:
+            raise ConfigError(f"backfill slurm: {name}: {exc}") from None
+        if bad and not jobs:
+            raise ConfigError(
+                f"backfill slurm: {name}: none of its {len(bad):,} lines can be read "
+                f"(the first: {bad[0][1][:300]}); dump with `SLURM_TIME_FORMAT=%s sacct -a "
+                f"-D -P --state {sources.SACCT_STATES} -o {SACCT_FIELDS} -S ... -E ...` "
+                "(docs/backfill.md)"
+            )
+        clusters = sorted({j.cluster for j in jobs if j.cluster})
+        if self.explicit_cluster and len(clusters) > 1:
+            raise ConfigError(
+                f"backfill slurm: {name} holds the jobs of {len(clusters)} clusters "
+                f"({', '.join(clusters[:5])}): each record keeps its Cluster; --cluster (or "
+                "GPUGAP_CLUSTER) names one, so give a dump of one cluster per run, or no "
+                "cluster name"
+            )
+        return jobs, bad
 
     async def _jobs(self, chunk: Chunk) -> tuple[list[JobInfo], list[tuple[str, str]]]:
         if self._file_jobs is not None:
@@ -109,11 +171,16 @@ class SlurmHistory(Backfill):
             return self._file_jobs, bad
         lo, hi = chunk[0] // 1000 - PAD_S, chunk[1] // 1000 + PAD_S
         try:
-            return await sources.sacct_since(self.cfg.sacct, lo, hi, self.cfg.sacct_timeout_s)
+            jobs, bad = await sources.sacct_since(
+                self.cfg.sacct, lo, hi, self.cfg.sacct_timeout_s, self._fields
+            )
         except (sources.CommandError, OSError) as exc:
             raise ServiceError(
                 f"backfill slurm: sacct failed: {exc} (is slurmdbd there?)"
             ) from None
+        assign_runs(jobs, self._earlier)  # a run after a requeue before the chunk: its number
+        bad, self._bad = [*self._bad, *bad], []  # the lookback's bad lines: with the first
+        return jobs, bad
 
     async def fetch(self, chunk: Chunk) -> Published:
         jobs, bad = await self._jobs(chunk)
@@ -143,10 +210,21 @@ class SlurmHistory(Backfill):
                 events.append(SlurmJobEvent.model_validate(ev))
             except ValidationError as exc:
                 out.append(
-                    (DEAD_LETTER, self._dead_letter(json.dumps(ev), f"job {info.job_id}: {exc}"))
+                    (DEAD_LETTER, self._dead_letter(json.dumps(ev), f"job {info.run_id}: {exc}"))
                 )
-        events.sort(key=lambda e: (e.time, e.job_id, e.kind))
+        events.sort(key=lambda e: (e.time, e.job_id, e.run or 0, e.kind))
+        self.events += len(events)
         return out + [(SLURM_JOBS, e) for e in events]
+
+    def problem(self) -> str | None:
+        """Why the run should exit non-zero: it published dead letters and no event."""
+        if self.events or not self.dead_letters:
+            return None
+        return (
+            f"backfill slurm: no job event published, {self.dead_letters:,} unreadable "
+            "records dead-lettered (dead-letter.v1 has them with the reason): read sacct with "
+            f"SLURM_TIME_FORMAT=%s and -o {SACCT_FIELDS} (docs/backfill.md)"
+        )
 
     async def _resolve(self, chunk: Chunk, starting: list[JobInfo]) -> None:
         """GPU indices of the jobs starting in this chunk, from the ``hpc_job`` label."""

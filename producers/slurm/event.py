@@ -33,6 +33,7 @@ FINAL_STATES = frozenset(
         "OUT_OF_MEMORY",
         "BOOT_FAIL",
         "DEADLINE",
+        "REQUEUED",  # the run ended by a requeue; the job's next run is another allocation
     }
 )
 #: states in which the program ended by itself: its exit status means something. In the
@@ -99,6 +100,13 @@ class JobInfo:
     gpus: int | None = None  # GPU count from TRES, when known
     batch: bool | None = None
     cluster: str | None = None
+    #: the run: Slurm's restart count (SLURM_JOB_RESTART_COUNT, Restarts=, restart_cnt; for
+    #: sacct before 24.11, the incarnation's place among the job id's ``-D`` records)
+    run: int = 0
+    #: sacct's Restarts column as printed (24.11 and later), before the runs are assigned
+    restarts: int | None = None
+    #: sacct's SubmitLine, when the dump has it (evidence of the class)
+    submit_line: str | None = None
 
     def __init__(self, raw_id: str, **fields: Any) -> None:
         # a plain class, not a dataclass: importing dataclasses costs the hook ~10 ms
@@ -110,7 +118,7 @@ class JobInfo:
             setattr(self, k, v)
 
     def __repr__(self) -> str:
-        return f"JobInfo({self.job_id}, {self.state}, nodes={self.nodes}, gpus={self.gpu_indices})"
+        return f"JobInfo({self.run_id}, {self.state}, nodes={self.nodes}, gpus={self.gpu_indices})"
 
     @property
     def job_id(self) -> str:
@@ -124,6 +132,11 @@ class JobInfo:
         if self.array_job_id and self.array_task_id is not None:
             return f"{self.array_job_id}_{self.array_task_id}"
         return self.raw_id
+
+    @property
+    def run_id(self) -> str:
+        """The job id and its run (``12``, ``12#1``), as in allocation and event ids."""
+        return run_id(self.job_id, self.run)
 
     @property
     def started(self) -> bool:
@@ -141,7 +154,9 @@ class JobInfo:
         return 128 + self.exit_signal if self.exit_signal else self.exit_status
 
     def merge_start(self, start: dict[str, Any]) -> None:
-        """Fill what an end-time source lacks (GPU indices, limit) from the start event."""
+        """Fill what an end-time source lacks (GPU indices, limit, the run) from the start
+        event of the run that ends."""
+        self.run = int(start.get("run") or 0)
         if self.gpu_indices is None and start.get("nodes") is not None:
             self.gpu_indices = {n["node"]: tuple(n.get("gpu_indices", ())) for n in start["nodes"]}
             self.nodes = self.nodes or [n["node"] for n in start["nodes"]]
@@ -175,9 +190,16 @@ def _days(y: int, m: int, d: int) -> int:
     return era * 146097 + doe - 719468
 
 
-def event_id(cluster: str, job_id: str, kind: str) -> str:
-    """The same for the hook, the poller and the backfill: dedupe downstream is exact."""
-    return f"slurm/{cluster}/{job_id}/{kind}"
+def run_id(job_id: str, run: int = 0) -> str:
+    """``12`` (the first run), ``12#1`` (after one requeue): schemas.models.slurm_run_id."""
+    return f"{job_id}#{run}" if run else job_id
+
+
+def event_id(cluster: str, job_id: str, kind: str, run: int = 0) -> str:
+    """The same for the hook, the poller and the backfill: dedupe downstream is exact. The
+    first run keeps the ids of before runs existed (``slurm/<cluster>/<job>/<kind>``); a
+    later run's are ``slurm/<cluster>/<job>#<run>/<kind>``."""
+    return f"slurm/{cluster}/{run_id(job_id, run)}/{kind}"
 
 
 def job_event(info: JobInfo, kind: str, cluster: str, source: str) -> dict[str, Any]:
@@ -201,12 +223,13 @@ def job_event(info: JobInfo, kind: str, cluster: str, source: str) -> dict[str, 
     if when is None:
         raise ValueError(f"job {info.job_id}: no {kind} time")
     ev: dict[str, Any] = {
-        "event_id": event_id(cluster, info.job_id, kind),
+        "event_id": event_id(cluster, info.job_id, kind, info.run),
         "kind": kind,
         "time": utc_ms(when),
         "source": source,
         "cluster": cluster,
         "job_id": info.job_id,
+        "run": info.run or None,  # the first run: no field (its events are as they were)
         "array_job_id": info.array_job_id or None,
         "array_task_id": info.array_task_id if info.array_job_id else None,
         "het_job_id": info.het_job_id or None,

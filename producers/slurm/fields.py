@@ -8,6 +8,12 @@ import re
 from producers.slurm.event import JobInfo
 from producers.slurm.hostlist import indices
 
+#: the documented ``sacct -P`` dump's fields (``-n``: no header), JobName last: a '|' inside
+#: a job name then only lengthens the last field (producers/slurm/sacct.py reads them)
+SACCT_FIELDS = (
+    "JobID,JobIDRaw,User,Account,Partition,QOS,State,ExitCode,Timelimit,"
+    "Submit,Start,End,NodeList,AllocTRES,Cluster,JobName"
+)
 NO_VAL = 4294967294  # Slurm's "not set" for 32-bit ids (ARRAYTASKID of a pending meta record)
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 _GPU = re.compile(r"(?:^|,)gpu(?::[^:(,]+)?:(\d+)\(IDX:([^)]*)\)")

@@ -186,6 +186,7 @@ def _epilog_state(env: Mapping[str, str]) -> tuple[str, str]:
 
 
 def on_end(cfg: HookConfig, env: Mapping[str, str], epilog: bool) -> tuple[list[Envelope], str]:
+    hook_env = env
     if epilog:
         state, code = _epilog_state(env)
         now = str(int(time.time()))
@@ -206,7 +207,13 @@ def on_end(cfg: HookConfig, env: Mapping[str, str], epilog: bool) -> tuple[list[
             "CLUSTER": env.get("SLURM_CLUSTER_NAME", ""),
         }
     info = jobcomp_env(env)
+    if epilog:
+        info.run = show.restart_count(hook_env) or 0  # the saved start's run wins (below)
     start = spool.load_start(cfg.spool_dir, info.raw_id)
+    if start is not None and info.end and E.iso_ms(start["start_time"]) > info.end * 1000:
+        # a later run's start (this run's end came late): its run, less one, is this one's
+        info.run = max(0, int(start.get("run") or 0) - 1)
+        start = None
     if start is not None:
         info.merge_start(start)
         if epilog:  # what the epilog does not know, the start event does

@@ -4,10 +4,12 @@ Every ``interval_s`` it lists the jobs slurmctld remembers (pyslurm when it impo
 matches the site's Slurm, else ``squeue --json``, else ``scontrol -o show job -d`` with
 ``squeue -o %A``) and
 emits a start for every job that started and an end for every job that ended, once each.
-Event ids are those the hooks use (``slurm/<cluster>/<job>/<kind>``), so a job both saw is
-one job after dedupe, and a job the hooks missed (hook not configured, slurmctld restarted
+Event ids are those the hooks use (``slurm/<cluster>/<job>[#<run>]/<kind>``, the run being
+Slurm's restart count: squeue's ``restart_cnt``, scontrol's ``Restarts=``), so a job both saw
+is one job after dedupe, and a job the hooks missed (hook not configured, slurmctld restarted
 mid-hook, spool lost) is still reported. GPU indices show only while a job runs, so the
-poller remembers them from the ticks that saw the job running.
+poller remembers them from the ticks that saw the job running. A requeued job shows as
+pending with a higher restart count: the run before it ends then (its end from sacct).
 
 History: ``--since`` (and, after a restart, the gap since the last poll recorded in the
 state file) is read from ``sacct -P`` when slurmdbd is there. sacct knows how many GPUs a
@@ -33,8 +35,9 @@ from pydantic import ValidationError
 from gpugap.settings import Settings
 from producers.base import Producer
 from producers.slurm import sources
-from producers.slurm.event import ACTIVE_STATES, JobInfo, events_for
+from producers.slurm.event import ACTIVE_STATES, JobInfo, event_id, events_for, job_event
 from producers.slurm.parse import ParseError
+from producers.slurm.sacct import assign_runs
 from producers.slurm.settings import SlurmSettings
 from schemas import DeadLetter, SlurmJobEvent, Topic, utc_now
 from schemas.topics import DEAD_LETTER, SLURM_JOBS
@@ -42,6 +45,8 @@ from schemas.types import DeadLetterKind
 
 log = logging.getLogger(__name__)
 KEEP_IDS_S = 7 * 86400  # an id is remembered this long (slurmctld forgets jobs much sooner)
+MAX_RUNS_BACK = 8  # requeues between two polls that the poller closes the runs of
+REQUEUE_LOOKBACK_S = 30 * 86400  # how far back the catch-up asks sacct for requeued runs
 
 
 class Ledger:
@@ -52,10 +57,14 @@ class Ledger:
         self.path = path
         self.emitted: dict[str, float] = {}
         self.gpus: dict[str, dict[str, list[int]]] = {}
+        #: the start time (epoch s) of each running job run this poller saw: a requeued
+        #: run's end, when only the poller saw it, needs it
+        self.starts: dict[str, int] = {}
         self.last_poll: float | None = None
         if path is not None and path.exists():
             data = json.loads(path.read_text())
             self.emitted, self.gpus = data.get("emitted", {}), data.get("gpus", {})
+            self.starts = data.get("starts", {})
             self.last_poll = data.get("last_poll")
 
     def save(self) -> None:
@@ -65,7 +74,12 @@ class Ledger:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        state = {"emitted": self.emitted, "gpus": self.gpus, "last_poll": self.last_poll}
+        state = {
+            "emitted": self.emitted,
+            "gpus": self.gpus,
+            "starts": self.starts,
+            "last_poll": self.last_poll,
+        }
         tmp.write_text(json.dumps(state))
         tmp.replace(self.path)
 
@@ -155,6 +169,13 @@ class SlurmProducer(Producer):
         except (sources.CommandError, OSError) as exc:
             log.warning("slurm: no history from sacct (%s): is slurmdbd there?", exc)
             return
+        try:  # the runs before the window a requeued job's records in it follow
+            earlier, _ = await sources.sacct_requeued(
+                self.slurm.sacct, since - REQUEUE_LOOKBACK_S, None, self.slurm.command_timeout_s * 4
+            )
+            assign_runs(jobs, earlier)
+        except (sources.CommandError, OSError) as exc:
+            log.warning("slurm: no requeued runs from sacct (%s): runs numbered in the window", exc)
         for raw, reason in bad:
             await self.dead_letter(raw, reason, "sacct")
         for info in jobs:
@@ -163,9 +184,13 @@ class SlurmProducer(Producer):
     async def report(self, info: JobInfo) -> None:
         """Emit what this job's current view shows and was not emitted yet."""
         cluster = self.cluster or info.cluster or "default"
-        key = f"{cluster}/{info.raw_id}"
+        if info.run:
+            await self._requeued(info, cluster)
+        key = f"{cluster}/{info.raw_id}" + (f"#{info.run}" if info.run else "")
         if info.gpu_indices and info.state in ACTIVE_STATES:
             self.ledger.gpus[key] = {n: list(ix) for n, ix in info.gpu_indices.items()}
+            if info.start:
+                self.ledger.starts[key] = info.start
         elif info.gpu_indices is None and key in self.ledger.gpus:
             info.gpu_indices = {n: tuple(ix) for n, ix in self.ledger.gpus[key].items()}
         for ev in events_for(info, cluster, "poller"):
@@ -182,6 +207,75 @@ class SlurmProducer(Producer):
             self.ledger.emitted[ev["event_id"]] = time.time()
         if info.ended:
             self.ledger.gpus.pop(key, None)
+            self.ledger.starts.pop(key, None)
+
+    async def _requeued(self, info: JobInfo, cluster: str) -> None:
+        """The job runs again (its restart count went up): the runs before whose start this
+        poller emitted and whose end it never saw end now. Their end is sacct's (the hook's
+        jobcomp says the same); without slurmdbd, the time Slurm requeued the job (it resets
+        the submit time then, once the run's nodes are released), state REQUEUED."""
+        open_runs = [
+            r
+            for r in range(max(0, info.run - MAX_RUNS_BACK), info.run)
+            if event_id(cluster, info.job_id, "start", r) in self.ledger.emitted
+            and event_id(cluster, info.job_id, "end", r) not in self.ledger.emitted
+        ]
+        if not open_runs:
+            return
+        records: dict[int, JobInfo] = {}
+        try:
+            found, _ = await sources.sacct_job(
+                self.slurm.sacct, info.raw_id, self.slurm.command_timeout_s
+            )
+            for rec in found:  # sacct -j: this cluster's records of the job id
+                if rec.ended and rec.end and rec.job_id == info.job_id:
+                    records[rec.run] = rec
+        except (sources.CommandError, OSError) as exc:
+            log.info("slurm: no sacct for requeued job %s (%s)", info.job_id, exc)
+        for r in open_runs:
+            run_key = f"{cluster}/{info.raw_id}" + (f"#{r}" if r else "")
+            ended = records.get(r)
+            if ended is None:
+                if not info.submit or run_key not in self.ledger.starts:
+                    continue
+                ended = JobInfo(
+                    info.raw_id,
+                    array_job_id=info.array_job_id,
+                    array_task_id=info.array_task_id,
+                    het_job_id=info.het_job_id,
+                    het_job_offset=info.het_job_offset,
+                    user=info.user,
+                    account=info.account,
+                    partition=info.partition,
+                    qos=info.qos,
+                    name=info.name,
+                    state="REQUEUED",
+                    start=self.ledger.starts[run_key],
+                    end=info.submit,
+                    run=r,
+                    cluster=info.cluster,
+                    time_limit_s=info.time_limit_s,
+                    batch=info.batch,
+                )
+            ended.run = r
+            gpus = self.ledger.gpus.pop(run_key, None)
+            self.ledger.starts.pop(run_key, None)
+            if gpus is not None and not ended.gpu_indices:
+                ended.gpu_indices = {n: tuple(ix) for n, ix in gpus.items()}
+                ended.nodes = ended.nodes or list(gpus)
+            await self._emit_end(ended, cluster)
+
+    async def _emit_end(self, info: JobInfo, cluster: str) -> None:
+        ev = job_event(info, "end", cluster, "poller") if info.end else None
+        if ev is None or ev["event_id"] in self.ledger.emitted:
+            return
+        try:
+            record = SlurmJobEvent.model_validate(ev)
+        except ValidationError as exc:
+            await self.dead_letter(json.dumps(ev), f"job {info.run_id}: {exc}", "event")
+            return
+        await self.emit(record)
+        self.ledger.emitted[ev["event_id"]] = time.time()
 
     async def dead_letter(self, raw: str, reason: str, what: str | None = None) -> None:
         import base64

@@ -40,6 +40,7 @@ from producers.slurm.fields import (
     exit_pair,
     gres_indices,
     name_or_none,
+    number,
     pairs,
     set_array,
     set_het,
@@ -133,6 +134,7 @@ def _fields(raw: str, kv: list[tuple[str, str]]) -> JobInfo:
         raise ParseError(f"scontrol: job {raw}: {exc}") from None
     info.gpus = tres_gpus(seen.get("TRES"))
     info.batch = seen["BatchFlag"] == "1" if "BatchFlag" in seen else None
+    info.run = number(seen.get("Restarts"), "Restarts") or 0  # the run: Slurm's restart count
     # -d: "Nodes=<hostlist> CPU_IDs=.. Mem=.. GRES=gpu:2(IDX:0-1)" per node group
     gpus: dict[str, tuple[int, ...]] = {}
     group: list[str] = []

@@ -127,7 +127,21 @@ def _from_env(info: JobInfo, env: Mapping[str, str]) -> JobInfo:
     info.nodes = nodes or info.nodes
     if "SLURM_JOB_NAME" in env:
         info.name = env["SLURM_JOB_NAME"]
+    count = restart_count(env)
+    if count is not None:
+        info.run = count  # scontrol's Restarts= says the same (the env is slurmctld's own)
     return info
+
+
+def restart_count(env: Mapping[str, str]) -> int | None:
+    """The run of the job a slurmctld hook runs for: SLURM_JOB_RESTART_COUNT (what 22.05 gives
+    PrologSlurmctld and EpilogSlurmctld; SLURM_RESTART_COUNT is the name inside the job's
+    own environment, read too). None: neither is there, or not a number."""
+    for name in ("SLURM_JOB_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def _stamp(tool: str) -> str | None:

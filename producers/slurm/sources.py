@@ -23,6 +23,8 @@ Result = tuple[list[JobInfo], list[tuple[str, str]]]
 #: sacct leaves out jobs that were never eligible in the window (e.g. cancelled while held
 #: with --begin in the future); with one, it reports jobs "in that state during the window".
 SACCT_STATES = "CA,CD,F,TO,NF,PR,OOM,BF,DL,R,RQ,S"
+#: the end states a requeue leaves on a run's record (producers.slurm.sacct.REQUEUE_ENDS)
+REQUEUE_STATES = "RQ,NF,PR,BF"
 
 
 class CommandError(Exception):
@@ -57,9 +59,44 @@ async def scontrol_all(scontrol: str, squeue: str, timeout_s: float) -> Result:
     return scontrol_jobs(text, known_ids=ids.split())
 
 
-async def sacct_since(sacct: str, start: int, end: int | None, timeout_s: float) -> Result:
-    argv = [sacct, "-a", "-P", "-n", "--state", SACCT_STATES, "-o", SACCT_FIELDS]
+async def sacct_fields(sacct: str, timeout_s: float) -> str:
+    """SACCT_FIELDS, plus Restarts where this sacct has it (24.11 and later: the run's
+    restart count, exact even where a record's earlier runs are outside the window)."""
+    try:
+        known = (await run([sacct, "--helpformat"], timeout_s)).split()
+    except (CommandError, OSError):
+        return SACCT_FIELDS  # the query itself says what is wrong
+    if "Restarts" not in known:
+        return SACCT_FIELDS
+    return SACCT_FIELDS.replace(",JobName", ",Restarts,JobName")  # JobName stays last
+
+
+async def sacct_since(
+    sacct: str, start: int, end: int | None, timeout_s: float, fields: str = SACCT_FIELDS
+) -> Result:
+    """Every record (``-D``: each run of a requeued job, not only its last) that was
+    eligible or ran in the window, with its steps, runs assigned within what sacct printed
+    (``assign_runs`` again with the requeued records before the window makes them exact)."""
+    argv = [sacct, "-a", "-D", "-P", "--state", SACCT_STATES, "-o", fields]
     argv += ["-S", _sacct_time(start), "-E", _sacct_time(end) if end else "now"]
+    return sacct_jobs(await run(argv, timeout_s))
+
+
+async def sacct_requeued(
+    sacct: str, start: int, end: int | None, timeout_s: float, fields: str = SACCT_FIELDS
+) -> Result:
+    """The records that ended in the window in a state a requeue leaves (REQUEUED,
+    NODE_FAIL, PREEMPTED, BOOT_FAIL): the earlier runs a window's records may follow."""
+    argv = [sacct, "-a", "-D", "-X", "-P", "--state", REQUEUE_STATES, "-o", fields]
+    argv += ["-S", _sacct_time(start), "-E", _sacct_time(end) if end else "now"]
+    return sacct_jobs(await run(argv, timeout_s))
+
+
+async def sacct_job(
+    sacct: str, raw_id: str, timeout_s: float, fields: str = SACCT_FIELDS
+) -> Result:
+    """Every record of one job id (``-j`` reaches back to the epoch; ``-D``: all runs)."""
+    argv = [sacct, "-D", "-X", "-P", "-j", raw_id, "-o", fields]
     return sacct_jobs(await run(argv, timeout_s))
 
 
@@ -115,6 +152,7 @@ def _from_pyslurm(job: Any) -> JobInfo:
     info.nodes = expand(job.allocated_nodes)
     info.batch = bool(job.is_batch_job)
     info.cluster = job.cluster
+    info.run = int(getattr(job, "restart_cnt", 0) or 0)  # the run: Slurm's restart count
     gpus: dict[str, tuple[int, ...]] = {}
     for node, layout in (job.get_resource_layout_per_node() or {}).items():
         found: list[int] = []

@@ -105,6 +105,7 @@ def job(obj: Any) -> JobInfo:
     flag = obj.get("batch_flag")
     info.batch = flag if isinstance(flag, bool) else None
     info.cluster = _str(obj.get("cluster"), "cluster")
+    info.run = _num(obj.get("restart_cnt"), "restart_cnt") or 0  # the run: its restart count
     return info
 
 

@@ -121,3 +121,58 @@ def test_jobs_run_then_backfilled_from_sacct(slurm: SlurmCluster, tmp_path: Path
     names = {line.split("|")[14] for line in dumped_text.splitlines() if line}
     unnamed = [e for _, e in read_jsonl(tmp_path / "unnamed" / "events.jsonl")]
     assert len(names) == 1 and {e.cluster for e in unnamed if isinstance(e, SlurmJobEvent)} == names
+
+
+def sacct_records(slurm: SlurmCluster, job: str, *more: str) -> list[list[str]]:
+    """``sacct -X -P`` rows of one job id (epoch times): JobID, State, Submit, Start, End."""
+    fields = "JobID,JobIDRaw,State,Submit,Start,End,NodeList,AllocTRES"
+    argv = [slurm.tool("sacct"), "-X", "-n", "-P", "-o", fields, "-j", job, *more]
+    env = {**slurm.env, "SLURM_TIME_FORMAT": "%s"}
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, timeout=60)
+    return [row.split("|") for row in out.stdout.splitlines() if row.strip()]
+
+
+def test_a_requeued_job_is_two_runs_in_sacct_and_in_the_backfill(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """`scontrol requeue` of a running job: slurmdbd closes its record REQUEUED and opens
+    another (submit time reset); scontrol's Restarts= and squeue's restart_cnt say 1; sacct
+    without -D shows the last record only. The backfill makes two allocations of it."""
+    slurm.set_hook_env({"GPUGAP_TEST_HOOKS_OFF": "1"})
+    since = time.time() - 1
+    job = slurm.submit("--gres=gpu:1", "-J", "bf-requeue", wrap="sleep 5")
+    slurm.wait(lambda j: j[job]["job_state"] == "RUNNING", "the first run", 60)
+    time.sleep(1.5)
+    slurm.cmd("scontrol", "requeue", job)
+    slurm.wait(lambda j: j[job]["restart_cnt"] == 1, "the requeue", 30)
+    # Slurm holds a requeued batch job back for its credential's lifetime (121 s here): lift it
+    deadline = time.monotonic() + 30
+    while slurm.cmd("scontrol", "update", f"JobId={job}", "StartTime=now", check=False).returncode:
+        assert time.monotonic() < deadline, "scontrol update StartTime=now kept failing"
+        time.sleep(0.5)
+    shown = slurm.cmd("scontrol", "-o", "show", "job", job).stdout
+    assert " Restarts=1 " in shown, shown
+    slurm.wait(lambda j: j[job]["job_state"] == "COMPLETED", "the second run", 120)
+    deadline = time.monotonic() + 60
+    while len(rows := sacct_records(slurm, job, "-D")) < 2 or rows[-1][2] != "COMPLETED":
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.5)
+    print("sacct -D -X of the requeued job:\n" + "\n".join("|".join(r) for r in rows))
+    assert [r[2] for r in rows] == ["REQUEUED", "COMPLETED"], rows
+    assert int(rows[1][3]) > int(rows[0][3]), "the submit time is reset at the requeue"
+    assert int(rows[0][5]) <= int(rows[1][4]), "the first run ends before the second starts"
+    assert sacct_records(slurm, job) == rows[1:], "without -D: the newest record alone"
+
+    backfill(slurm, since, tmp_path / "r" / "events.jsonl", "--chunk", "60")
+    events = [e for _, e in read_jsonl(tmp_path / "r" / "events.jsonl")]
+    mine = [e for e in events if isinstance(e, SlurmJobEvent) and e.job_id == job]
+    got = {e.event_id: (e.allocation_id, e.run, e.state.value, e.gpus_total) for e in mine}
+    base = f"slurm/{CLUSTER}/{job}"
+    assert got == {
+        f"{base}/start": (base, None, "RUNNING", 1),  # run 0: the ids of before runs
+        f"{base}/end": (base, None, "REQUEUED", 1),
+        f"{base}#1/start": (f"{base}#1", 1, "RUNNING", 1),
+        f"{base}#1/end": (f"{base}#1", 1, "COMPLETED", 1),
+    }
+    times = {e.event_id: int(e.time.timestamp()) for e in mine}
+    assert times[f"{base}/end"] == int(rows[0][5]) and times[f"{base}#1/start"] == int(rows[1][4])
