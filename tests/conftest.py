@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -28,6 +30,22 @@ if TYPE_CHECKING:
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 M = TypeVar("M", bound=Record)
+
+
+def run_gpugap(
+    args: list[str], env: dict[str, str], timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """``gpugap ARGS`` as a user runs it (a child process with ``env``); it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gpugap", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
 
 
 def unavailable(what: str) -> None:

@@ -12,8 +12,6 @@ import asyncio
 import json
 import os
 import ssl
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ from schemas import TOPICS, Record
 from schemas.errors import ConfigError, RetriableError
 from schemas.examples import node_samples
 from schemas.topics import MINUTES, SAMPLES
-from tests.conftest import create_topics, read_topic
+from tests.conftest import create_topics, read_topic, run_gpugap
 from tests.kafka_tls import Pki, TlsBroker, make_pki
 
 
@@ -248,15 +246,7 @@ def test_workers_run_over_mutual_tls(
             "GPUGAP_LOG_LEVEL": "WARNING",
         }
         cmd = ["worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3", "--backfill"]
-        done = subprocess.run(
-            [sys.executable, "-m", "gpugap", *cmd],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        done = run_gpugap(cmd, env)
         assert "gpu.minutes.v1:" in done.stderr
     else:
         from streams.worker import Worker

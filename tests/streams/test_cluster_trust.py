@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -40,6 +39,7 @@ from schemas.topics import (
 )
 from schemas.types import ActivityMetric, DeadLetterKind, SampleSource
 from streams.join import Join, check_copartitioned
+from tests.conftest import run_gpugap
 from tests.streams.helpers import Recording, gpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -500,16 +500,7 @@ def test_producers_write_their_own_topics_only_and_the_worker_refuses_a_forged_c
             "GPUGAP_KAFKA_CLUSTER_TOPICS": json.dumps(MAPPING),
             "GPUGAP_LOG_LEVEL": "WARNING",
         }
-        cmd = ["worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3"]
-        done = subprocess.run(
-            [sys.executable, "-m", "gpugap", *cmd],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        run_gpugap(["worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3"], env)
     print(f"{engine} worker ran {time.monotonic() - started:.1f} s")
 
     minutes = asyncio.run(read_topic(admin, MINUTES))

@@ -39,6 +39,7 @@ from streams.detect_idle import IdleConfig
 from streams.join import Join, partition_for
 from streams.process import Processor
 from streams.rows import minute_rows, placeholder_uuid
+from tests.conftest import run_gpugap
 from tests.streams.helpers import CLUSTER, NODE, T, pod, sample, samples
 
 Item = NodeSample | AllocationEvent
@@ -377,8 +378,6 @@ def test_both_worker_engines_tell_the_pods_apart(kafka: Any, engine: str) -> Non
     """The scenario's pod events and samples on a real broker, through each engine as it runs:
     the same minutes, and no idle alert (the policy's N = 3 minutes, as above)."""
     import os
-    import subprocess
-    import sys
 
     from benchmarks.topics import create_topics
     from gpugap.kafka.consume import read_topic
@@ -409,16 +408,7 @@ def test_both_worker_engines_tell_the_pods_apart(kafka: Any, engine: str) -> Non
             "GPUGAP_LOG_LEVEL": "WARNING",
         }
         cmd = ["worker", "--engine", "faust", "--http", "", "--idle-flush", "1"]
-        cmd += ["--idle-timeout", "3", "--backfill"]
-        done = subprocess.run(
-            [sys.executable, "-m", "gpugap", *cmd],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        run_gpugap([*cmd, "--idle-timeout", "3", "--backfill"], env, timeout=300)
     minutes = asyncio.run(read_topic(kafka, MINUTES))
     alerts = asyncio.run(read_topic(kafka, ALERTS))
     closed = [r for r in minutes if r.minute <= T("10:12:00")]

@@ -37,9 +37,10 @@ class Sessions:
         """The user's session ``sid``, new unless it exists (``session_check=1``: it must),
         marked busy until release()."""
         now = time.monotonic()
+        for sessions in self._by_user.values():  # every user's: idle ones let go of their
+            for old in [s for s in sessions.values() if s.expired(now)]:  # connections
+                self._end(sessions, old)
         own = self._by_user.setdefault(user, OrderedDict())
-        for old in [s for s in own.values() if s.expired(now)]:
-            self._end(own, old)
         session = own.get(sid)
         if session is None:
             if check:
