@@ -14,6 +14,7 @@ from schemas.models import (
     NodeGpus,
     NodeSample,
     Record,
+    SharingPod,
     SlurmJobEvent,
 )
 from schemas.topics import TOPICS, Topic, by_name
@@ -33,6 +34,7 @@ __all__ = [
     "NodeGpus",
     "NodeSample",
     "Record",
+    "SharingPod",
     "SlurmJobEvent",
     "Topic",
     "by_name",

@@ -20,6 +20,7 @@ from schemas.types import (
     MAX_INTERVAL_S,
     MAX_LABELS,
     MAX_NODES_PER_JOB,
+    MAX_SHARING_PODS,
     MAX_UNSUPPORTED,
     ActivityMetric,
     AlertKind,
@@ -72,6 +73,14 @@ class MigInstance(Record):
     profile: Text | None = Field(default=None, description="e.g. '1g.10gb'")
 
 
+class SharingPod(Record):
+    """Another pod the device layer says holds the same GPU (time-slicing, MPS)."""
+
+    pod: Name
+    namespace: Name | None = None
+    container: Name | None = None
+
+
 class Attribution(Record):
     """Who the device layer says is using a GPU (kubelet PodResources, dcgm labels, job map)."""
 
@@ -79,6 +88,12 @@ class Attribution(Record):
     namespace: Name | None = None
     container: Name | None = None
     slurm_job_id: Name | None = None
+    shared: tuple[SharingPod, ...] | None = Field(
+        default=None,
+        max_length=MAX_SHARING_PODS,
+        description="the other pods holding this GPU at once (a time-sliced or MPS-shared GPU): "
+        "each holder's allocation is its share of the GPU",
+    )
 
 
 class GpuSample(Record):
@@ -311,14 +326,33 @@ class GpuMinute(Record):
     gpu_uuid: GpuUuid
     minute: UtcTime
     allocated_s: StrictFloat = Field(
-        ge=0.0, le=float(MINUTE_S), description="seconds the allocation held it"
+        ge=0.0,
+        le=float(MINUTE_S),
+        description="GPU-equivalent seconds the allocation held it: seconds x gpu_share",
     )
-    consumed_gpu_s: StrictFloat = Field(ge=0.0, le=float(MINUTE_S))
+    consumed_gpu_s: StrictFloat = Field(
+        ge=0.0, le=float(MINUTE_S), description="GPU-equivalent seconds: activity x allocated_s"
+    )
     unallocated_s: StrictFloat = Field(
         default=0.0,
         ge=0.0,
         le=float(MINUTE_S),
-        description="rows without allocation_id: seconds of the minute no allocation held it",
+        description="rows without allocation_id: GPU-equivalent seconds no allocation held",
+    )
+    device_s: StrictFloat | None = Field(
+        default=None,
+        ge=0.0,
+        le=float(MINUTE_S),
+        description="seconds of the minute this row covers on the device itself (a MIG slice: "
+        "slice-seconds); None from releases before shares: then allocated_s + unallocated_s",
+    )
+    gpu_share: Ratio = Field(
+        default=1.0,
+        description="the part of a physical GPU each second of this row counts for: a MIG "
+        "slice's share of its GPU, a time-sliced GPU's share per holder (1: a whole GPU)",
+    )
+    physical_uuid: GpuUuid | None = Field(
+        default=None, description="a MIG slice's physical GPU (None: gpu_uuid is the GPU)"
     )
     activity_avg: Ratio | None = None
     activity_max: Ratio | None = None

@@ -56,6 +56,8 @@ LabelValue = Annotated[str, StringConstraints(max_length=256)]
 # field named), so one record can never make the stream fabricate unbounded output.
 #: GPUs on one node (a DGX B200 has 8; 8 GPUs x 7 MIG slices = 56; room for denser nodes)
 MAX_GPUS_PER_NODE = 256
+#: pods sharing one time-sliced GPU (the device plugin's replicas; 48 is the most we know of)
+MAX_SHARING_PODS = 64
 #: GPU index on a node (MIG slices carry their parent's index)
 MAX_GPU_INDEX = 1023
 #: nodes in one Slurm job (the largest machines have ~10,000 nodes)

@@ -44,7 +44,8 @@ from datetime import datetime
 from typing import Any, cast
 
 from schemas.clock import DAY_MS, MINUTE_MS, SECOND_MS, at, minute_floor, ms
-from schemas.models import Alert, AllocationEvent, GpuMinute, NodeSample, Record
+from schemas.models import Alert, AllocationEvent, GpuMinute, GpuSample, NodeSample, Record
+from schemas.shares import mig_share
 from schemas.types import (
     MAX_GPUS_PER_NODE,
     ActivityMetric,
@@ -222,6 +223,8 @@ class NodeCore:
                 if index.get(i_key) != u:
                     index[i_key] = u
                     everything = True
+            elif self._slice(u, g):
+                everything = True
             if u not in known:
                 known[u] = t - dt
             buf = samples.get(u)
@@ -240,13 +243,31 @@ class NodeCore:
                 everything = True  # it trims the next sample's interval, wherever that began
             a = g.attribution
             if a is not None and a.pod:
-                pods = s["attrib"].setdefault(f"{a.namespace or ''}/{a.pod}", {})
-                changed = see(pods, u, t, SPAN_GAP_INTERVALS * dt)
-                if changed is not None and changed < since:
-                    since = changed
+                holders = [(a.namespace, a.pod)] + [(p.namespace, p.pod) for p in a.shared or ()]
+                for namespace, pod in holders:
+                    pods = s["attrib"].setdefault(f"{namespace or ''}/{pod}", {})
+                    changed = see(pods, u, t, SPAN_GAP_INTERVALS * dt)
+                    if changed is not None and changed < since:
+                        since = changed
         if self._rows:
             self._forget(None if everything else since)
         return self.close()
+
+    def _slice(self, u: str, g: GpuSample) -> bool:
+        """Note a MIG slice's physical GPU and share (streams.rows counts it by its share);
+        whether that changed what the node's rows say."""
+        mig = g.mig
+        assert mig is not None
+        share = mig_share(mig.profile, g.model)
+        if share is None:
+            self._count("mig_share_unknown")  # counted as a whole GPU: docs/architecture.md
+            share = 1.0
+        slices = self.state.setdefault("slices", {})
+        now = [mig.parent_uuid, share]
+        if slices.get(u) == now:
+            return False
+        slices[u] = now
+        return True
 
     def _too_many(self, ns: NodeSample) -> Output | None:
         """The sample refused if its new GPUs would make the node hold too many."""
@@ -421,9 +442,11 @@ class NodeCore:
             return
         live = {g for a in allocs.values() if a["end"] is None for g in held(s, a)}
         gone = [u for u in quiet if u not in live]
+        slices = s.get("slices", {})
         for u in gone:
             del s["samples"][u]
             s["known"].pop(u, None)
+            slices.pop(u, None)
         if gone:
             self._count("gpus_expired", len(gone))
             self._rows.clear()

@@ -25,12 +25,20 @@ __all__ = ["Exemption", "IdleConfig", "is_idle_minute", "observe"]
 
 
 def is_idle_minute(row: GpuMinute, threshold: float) -> bool:
+    """Held the whole minute and below the threshold: the device's own activity (a MIG
+    slice's or a shared GPU's seconds count at their share, the ratio is the same)."""
+    held_s = row.device_s if row.device_s is not None else row.allocated_s
     return (
         row.allocation_id is not None
-        and row.allocated_s >= MINUTE_S
+        and held_s >= MINUTE_S
         and not row.no_samples
-        and row.consumed_gpu_s < threshold * MINUTE_S
+        and row.consumed_gpu_s < threshold * row.allocated_s
     )
+
+
+def run_idle_s(run: IdleRun) -> float:
+    """A run's idle GPU-equivalent seconds (runs kept before shares: whole GPUs)."""
+    return float(run[2]) if len(run) > 2 else run[1] * MINUTE_S
 
 
 def observe(
@@ -47,6 +55,7 @@ def observe(
     episodes = state.setdefault("episodes", {})
     end = minute_ms + MINUTE_MS
     seen: dict[str, bool] = {}
+    equiv: dict[str, float] = {}  # GPU-equivalent seconds of each idle minute
     for r in rows:
         if r.allocation_id is None:
             continue
@@ -54,15 +63,22 @@ def observe(
             r.idle_threshold if r.idle_threshold is not None else cfg.for_class(r.workload_class)[0]
         )
         key = f"{r.allocation_id}|{r.gpu_uuid}"
-        seen[key] = seen.get(key, False) or is_idle_minute(r, thr)
+        if is_idle_minute(r, thr):
+            seen[key] = True
+            equiv[key] = r.allocated_s
+        else:
+            seen.setdefault(key, False)
     out: list[Alert] = []
     for key in sorted(set(runs) | set(seen)):
         alloc_id, gpu = key.split("|", 1)
         alloc = allocs.get(alloc_id)
         need = cfg.for_alloc(alloc).minutes
         if seen.get(key):
-            run = runs.setdefault(key, [minute_ms, 0])
+            run = runs.setdefault(key, [minute_ms, 0, 0.0])
+            if len(run) < 3:
+                run.append(run[1] * MINUTE_S)
             run[1] += 1
+            run[2] += equiv[key]
             if run[1] >= need and not cfg.exempted(alloc, end):
                 _qualify(
                     episodes, alloc_id, gpu, run=run, end=end, node=node, allocs=allocs, out=out,
@@ -72,7 +88,7 @@ def observe(
         run_ = runs.pop(key, None)
         if run_ is not None and run_[1] >= need and alloc_id in episodes:
             ep = episodes[alloc_id]
-            ep["done_s"] += run_[1] * MINUTE_S
+            ep["done_s"] += run_idle_s(run_)
             ep["end"] = max(ep["end"], run_[0] + run_[1] * MINUTE_MS)
     for alloc_id in sorted(episodes):
         ep = episodes[alloc_id]
@@ -135,7 +151,7 @@ def _alert(
     alloc_id = ep["alloc"]
     meta = allocs.get(alloc_id)
     ongoing = sum(
-        r[1] * MINUTE_S
+        run_idle_s(r)
         for k, r in (runs or {}).items()
         if k.split("|", 1)[0] == alloc_id and k.split("|", 1)[1] in ep["gpus"]
     )

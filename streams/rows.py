@@ -10,9 +10,10 @@ again and compares.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import StrEnum
+from itertools import pairwise
 
 from schemas.clock import MINUTE_MS, SECOND_MS, at
 from schemas.fast import trusted
@@ -103,6 +104,10 @@ def held(s: NodeState, a: AllocState) -> list[str]:
 def minute_rows(
     s: NodeState, m0: int, policy: Callable[[AllocState], IdlePolicy]
 ) -> list[GpuMinute]:
+    """Per GPU (or MIG slice): a row per allocation holding it, one for the seconds nobody
+    held it; per MIG-partitioned GPU, one for the share no slice covers. Seconds count in
+    GPU-equivalents (DESIGN.md): a slice's share of its GPU, and a GPU held by several
+    allocations at once (time-slicing) is divided between them equally."""
     m1 = m0 + MINUTE_MS
     spans: dict[str, list[tuple[str, int, int]]] = {}
     for aid, a in sorted(s["allocs"].items()):
@@ -113,22 +118,110 @@ def minute_rows(
             for g in held(s, a):
                 spans.setdefault(g, []).append((aid, lo, hi))
     known = s["known"]
+    slices = s.get("slices") or {}
     gpus = {g for g, since in known.items() if since < m1} | set(spans)
     rows: list[GpuMinute] = []
     minute = at(m0)
     for g in sorted(gpus):
+        parent, share = slices.get(g) or (None, 1.0)
         eff = W.effective_in(s["samples"].get(g, ()), m0, m1)
         mine = spans.get(g, ())
-        for aid, lo, hi in mine:
+        for (aid, lo, hi), part in zip(mine, shared(mine), strict=True):
             u = W.usage([(lo, hi)], eff)
+            consumed: float = u.consumed
+            held_ms: float = hi - lo
+            if part is not None:  # held with others: each its share of each moment
+                consumed = sum(W.usage([(b, e)], eff).consumed / k for b, e, k in part)
+                held_ms = sum((e - b) / k for b, e, k in part)
             a = s["allocs"][aid]
-            rows.append(row(s, g, minute, u, span_ms=hi - lo, a=a, policy=policy(a)))
+            rows.append(
+                row(
+                    s,
+                    g,
+                    minute,
+                    u,
+                    span_ms=hi - lo,
+                    share=share * held_ms / (hi - lo),
+                    consumed_ms=consumed * share,
+                    physical=parent,
+                    a=a,
+                    policy=policy(a),
+                )
+            )
         if g in known:
             free = W.complement([(lo, hi) for _, lo, hi in mine], max(m0, known[g]), m1)
             if free:
                 free_ms = sum(e - b for b, e in free)
                 u = W.usage(free, eff)
-                rows.append(row(s, g, minute, u, span_ms=free_ms, a=None, policy=None))
+                rows.append(
+                    row(
+                        s,
+                        g,
+                        minute,
+                        u,
+                        span_ms=free_ms,
+                        share=share,
+                        consumed_ms=u.consumed * share,
+                        physical=parent,
+                        a=None,
+                        policy=None,
+                    )
+                )
+    rows.extend(unsliced_rows(s, m0, minute))
+    return rows
+
+
+def shared(mine: Sequence[tuple[str, int, int]]) -> list[list[tuple[int, int, int]] | None]:
+    """Per span of ``mine`` (one GPU's allocations in one minute): None if it held the GPU
+    alone, else its pieces (start, end, holders at once)."""
+    if len(mine) < 2:
+        return [None] * len(mine)
+    cuts = sorted({t for _, lo, hi in mine for t in (lo, hi)})
+    out: list[list[tuple[int, int, int]] | None] = []
+    for _, lo, hi in mine:
+        pieces = []
+        for b, e in pairwise(cuts):
+            if lo <= b and e <= hi:
+                k = sum(1 for _, lo2, hi2 in mine if lo2 <= b and e <= hi2)
+                pieces.append((b, e, k))
+        out.append(pieces if any(k > 1 for _, _, k in pieces) else None)
+    return out
+
+
+def unsliced_rows(s: NodeState, m0: int, minute: datetime) -> list[GpuMinute]:
+    """Per MIG-partitioned GPU, the share of it no slice covers (capacity nobody can hold
+    until the GPU is partitioned again): unallocated, from its first slice's first sample."""
+    slices = s.get("slices")
+    if not slices:
+        return []
+    m1 = m0 + MINUTE_MS
+    known = s["known"]
+    parts: dict[str, list[tuple[float, int]]] = {}
+    for u, (parent, share) in slices.items():
+        since = known.get(u)
+        if since is not None and since < m1:
+            parts.setdefault(parent, []).append((share, since))
+    rows = []
+    for parent, found in sorted(parts.items()):
+        rest = 1.0 - sum(share for share, _ in found)
+        if rest <= 1e-9 or parent in known:  # fully partitioned, or sampled whole itself
+            continue
+        since = max(m0, min(t for _, t in found))
+        rows.append(
+            row(
+                s,
+                parent,
+                minute,
+                W.Usage(),
+                span_ms=m1 - since,
+                share=rest,
+                consumed_ms=0.0,
+                physical=None,
+                a=None,
+                policy=None,
+                measured=True,
+            )
+        )
     return rows
 
 
@@ -139,10 +232,18 @@ def row(
     u: W.Usage,
     *,
     span_ms: int,
+    share: float,
+    consumed_ms: float,
+    physical: str | None,
     a: AllocState | None,
     policy: IdlePolicy | None,
+    measured: bool = False,
 ) -> GpuMinute:
-    secs = span_ms / SECOND_MS
+    """``span_ms`` of the device counted at ``share`` of a physical GPU, ``consumed_ms`` in
+    GPU-equivalents (``u`` says how busy the device was); ``measured``: no sample is due (the
+    unsliced part of a MIG GPU runs nothing)."""
+    device_s = span_ms / SECOND_MS
+    secs = device_s * share
     avg = u.activity_avg
     return trusted(
         GpuMinute,
@@ -152,15 +253,18 @@ def row(
             "gpu_uuid": g,
             "minute": minute,
             "allocated_s": secs if a is not None else 0.0,
-            "consumed_gpu_s": min(u.consumed / SECOND_MS, secs),
+            "consumed_gpu_s": min(consumed_ms / SECOND_MS, secs),
             "unallocated_s": 0.0 if a is not None else secs,
+            "device_s": device_s,
+            "gpu_share": share,
+            "physical_uuid": physical,
             "activity_avg": min(avg, 1.0) if avg is not None else None,
             "activity_max": u.activity_max,
             "activity_metric": ENUMS[u.metric] if u.metric is not None else None,
             "memory_used_mib_avg": u.memory,
             "power_w_avg": u.power,
             "sample_count": u.sample_count,
-            "no_samples": u.sample_count == 0,
+            "no_samples": u.sample_count == 0 and not measured,
             "allocation_id": a["id"] if a else None,
             "scheduler": ENUMS["s:" + a["scheduler"]] if a else None,
             "workload_class": ENUMS["c:" + a["cls"]] if a else None,

@@ -16,8 +16,9 @@ from typing import Any, NotRequired, TypedDict
 from schemas.models import AllocationEvent
 from streams.window import Sample
 
-#: an idle run of one GPU of one allocation: [first idle minute (ms), idle minutes so far]
-IdleRun = list[int]
+#: an idle run of one GPU of one allocation: [first idle minute (ms), idle minutes so far,
+#: their GPU-equivalent seconds] (runs kept before shares lack the third: whole GPUs)
+IdleRun = list[Any]
 #: a spell of samples naming one pod (namespace/name) on one GPU: [first, last sample time]
 Span = list[int]
 
@@ -82,7 +83,7 @@ class Episode(TypedDict):
     end: int  # the end of the last idle minute
     opened: int  # the end of the minute its first run reached N idle minutes
     gpus: list[str]
-    done_s: int  # idle seconds of the runs that have ended
+    done_s: float  # idle GPU-equivalent seconds of the runs that have ended
 
 
 class IdleState(TypedDict, total=False):
@@ -107,6 +108,8 @@ class NodeState(TypedDict):
     #: lifetime (a pod recreated under the name is another allocation: streams.rows.held).
     #: Before spans, a checkpoint held {uuid: last sample time} (upgrade_node_state)
     attrib: dict[str, dict[str, list[Span]]]
+    #: MIG slice uuid -> [its physical GPU's uuid, its share of it] (a whole GPU: absent)
+    slices: NotRequired[dict[str, list[Any]]]
     allocs: dict[str, AllocState]
     #: allocation id -> end, of allocations no longer held in "allocs"
     ended: NotRequired[dict[str, int]]

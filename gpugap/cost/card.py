@@ -27,21 +27,20 @@ from pydantic_settings import BaseSettings
 
 from gpugap.settings import env_config
 from schemas.errors import ConfigError
+from schemas.shares import mig_share
 
 HOURS_PER_YEAR = 8760.0
-#: compute slices of the GPUs MIG partitions (A100, H100, H200, B200: 7 GPCs per GPU)
-MIG_SLICES = 7
 Money = Annotated[float, Field(ge=0.0, le=1e9)]
 Env = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
-_PROFILE = re.compile(r"^([1-7])g\.")
 
 
 def mig_share_of(profile: str) -> float:
-    """A MIG profile's share of its parent GPU by compute slices: ``3g.40gb`` -> 3/7."""
-    m = _PROFILE.match(profile)
-    if m is None:
-        raise ValueError(f"MIG profile {profile!r}: expected '<N>g.<memory>', e.g. '3g.40gb'")
-    return int(m.group(1)) / MIG_SLICES
+    """A MIG profile's share of its parent GPU by compute slices: ``3g.40gb`` -> 3/7 (the
+    stream's own rule, schemas.shares; the card says no GPU model: 7 slices)."""
+    share = mig_share(profile)
+    if share is None:
+        raise ValueError(f"MIG profile {profile!r}: expected '<N>g.<memory>gb', e.g. '3g.40gb'")
+    return share
 
 
 class _Model(BaseModel):

@@ -67,7 +67,7 @@ GPU_FAMILIES = f"""
 WITH per_gpu AS (
     SELECT cluster, allocation_id, gpu_uuid, any(scheduler) AS scheduler,
         any(workload_class) AS cls,
-        sum(allocated_s - unmeasured_s) AS measured_s, sum(idle_minutes) AS idle_min,
+        sum(allocated_s - unmeasured_s) AS measured_s, sum(idle_s) AS idle_gpu_s,
         sum(consumed_gpu_s) AS consumed_s
     FROM gpu_hours FINAL
     WHERE hour >= toStartOfHour({_W}) AND hour < {_U} AND allocation_id != ''
@@ -76,7 +76,7 @@ WITH per_gpu AS (
 per_alloc AS (
     SELECT cluster, allocation_id, any(scheduler) AS sched, any(cls) AS wclass,
         countIf(measured_s > 0) AS gpus,
-        countIf(measured_s > 0 AND idle_min * 60 < {{idle_life:Float64}} * measured_s) AS busy,
+        countIf(measured_s > 0 AND idle_gpu_s < {{idle_life:Float64}} * measured_s) AS busy,
         max(measured_s) / 3600 AS hours, sum(measured_s) / 3600 AS gpu_h,
         sum(consumed_s) / 3600 AS consumed_h
     FROM per_gpu
@@ -108,7 +108,7 @@ FROM gpu_hours FINAL
 WHERE hour >= toStartOfHour({_W}) AND hour < {_U} AND allocation_id != ''
     AND workload_class = 'interactive'
 GROUP BY cluster, allocation_id
-HAVING sum(idle_minutes) * 60 >= {{share:Float64}} * sum(allocated_s - unmeasured_s)
+HAVING sum(idle_s) >= {{share:Float64}} * sum(allocated_s - unmeasured_s)
 """
 NOTEBOOK_EPISODES = f"""
 WITH (SELECT threshold FROM idle_policy FINAL WHERE workload_class = 'interactive')

@@ -4,7 +4,10 @@ Conventions that consumers (the stream, the tests) rely on:
 
 - **GPUs by UUID.** ``GPU-<uuid5(cluster/node/index)>``; a MIG slice is
   ``MIG-<uuid5(parent/mig/<gi>)>`` with ``mig.parent_uuid`` and its parent's ``index``. A MIG
-  slice is one allocatable device: its GPU-seconds count like a GPU's.
+  slice is one allocatable device, but its GPU-seconds are its share of its physical GPU
+  (``mig.profile`` over the model's compute slices: 1g.10gb of an A100 = 1/7): allocated,
+  consumed, idle and unattributed alike. A partitioned GPU's capacity is one GPU; the share no
+  slice covers (2 x 3g.40gb leave 1/7) is always unallocated.
 - **Samples describe the past interval.** A node sample at time ``t`` with ``interval_s=Δ``
   describes ``(t-Δ, t]``: each GPU's activity is the average over that interval (as NVML and
   DCGM report the last sample period). Activity is constant on each node's sample grid

@@ -7,19 +7,71 @@ node's sample grid), in integers (thousandths x seconds), so they are exact. Idl
 UTC minute wholly inside an allocation whose time-weighted activity is below the threshold;
 an idle episode is a run of at least ``idle_minutes`` such minutes on a GPU, and overlapping
 or adjacent runs on GPUs of the same allocation are one episode.
+
+GPU-seconds are GPU-equivalents (DESIGN.md): a MIG slice counts its share of its physical GPU
+(``schemas.shares.mig_share``: 1g.10gb of an A100 = 1/7), in its allocated, consumed, idle and
+unattributed seconds; a partitioned GPU's capacity is one GPU, so the share no slice covers is
+unallocated capacity. Shares stay exact: each device's share is an integer weight over a common
+denominator (``Shares.scale``: 7 for A100/H100 slices, at most 28 = lcm(7, 4) with A30 ones),
+and every sum is an integer of thousandths x seconds x weight, divided once at the end.
+Device-level figures (``estate.devices``, ``totals.allocated_device_s``) count a slice as a
+device, unscaled. Time-limit padding stays GPUs x unused limit (requested GPUs, as Slurm's).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+from fractions import Fraction
 from typing import Any
 
 from gpugap.simulator import scenario as S
 from gpugap.simulator.activity import milli, value
+from gpugap.simulator.estate import Device
 from gpugap.simulator.plan import INF, Allocation, Holding, Plan
+from schemas.shares import mig_share, slices_of
 from schemas.types import format_utc
+
+
+def share_of(d: Device) -> Fraction:
+    """A device's part of its physical GPU, exactly, as the stream counts it: 1 for a whole
+    GPU; a MIG slice's compute slices over its model's (an unknown profile: 1, as the stream's
+    ``mig_share_unknown``)."""
+    if not d.is_mig:
+        return Fraction(1)
+    share = mig_share(d.mig_profile, d.model)
+    if share is None:
+        return Fraction(1)
+    total = slices_of(d.model)  # mig_share is compute / total: recover it without float error
+    return Fraction(round(share * total), total)
+
+
+class Shares:
+    """Every device's share as an integer weight over one denominator, ``scale`` (the lcm of
+    the shares' denominators: 1 without MIG, 7 with A100/H100 slices, at most 28 with A30s)."""
+
+    def __init__(self, devices: Iterable[Device]) -> None:
+        shares = {d.uuid: share_of(d) for d in devices}
+        self.scale = math.lcm(1, *(f.denominator for f in shares.values()))
+        self.weight = {u: int(f * self.scale) for u, f in shares.items()}
+
+    def __getitem__(self, d: Device) -> int:
+        return self.weight[d.uuid]
+
+    def capacity(self, devices: Iterable[Device]) -> dict[str, int]:
+        """Weight per cluster of its physical GPUs: a partitioned GPU counts once (its slices'
+        shares and the part no slice covers); one whose slices add up to more than one GPU
+        (unknown profiles count a whole GPU each) counts what they add up to, as the stream."""
+        physical: dict[tuple[str, str], int] = defaultdict(int)
+        for d in devices:
+            physical[d.cluster, d.parent_uuid or d.uuid] += self[d]
+        out: dict[str, int] = defaultdict(int)
+        for (cluster, _), w in physical.items():
+            out[cluster] += max(w, self.scale)
+        return out
 
 
 def integrate(h: Holding, window: int, minutes: list[int] | None = None, m0: int = 0) -> int:
@@ -56,64 +108,53 @@ def compute(sc: S.Scenario, plan: Plan, window: int) -> dict[str, Any]:
     threshold = milli(meta.idle_threshold) * 60  # thousandths x seconds in one minute
     at = _clock(origin)
     devices = plan.estate.devices()
-    cap: dict[str, int] = defaultdict(int)
-    for d in devices:
-        cap[d.cluster] += window
+    shares = Shares(devices)
+    unit = 1000 * shares.scale  # sums below are thousandths x seconds x weight
+    cap = {c: w * window * 1000 for c, w in shares.capacity(devices).items()}
     allocations, episodes = [], []
     dims = ("workload_class", "scheduler", "team", "cluster", "pattern")
     agg: dict[str, dict[str, list[int]]] = {k: defaultdict(lambda: [0, 0, 0]) for k in dims}
     held_devices: set[str] = set()
+    device_s = 0
     for a in plan.allocations:
         s, e = max(a.start, 0), min(a.end, window)
         if e <= s:
             continue
-        allocated = (e - s) * len(a.holdings)
+        allocated = (e - s) * sum(shares[h.device] for h in a.holdings) * 1000
+        device_s += (e - s) * len(a.holdings)
         consumed, runs = 0, []
         m0, m1 = -(-s // 60), e // 60
         for h in a.holdings:
             held_devices.add(h.device.uuid)
             minutes = [0] * max(0, m1 - m0)
-            consumed += integrate(h, window, minutes, m0)
-            runs += _idle_runs(minutes, m0, threshold, meta.idle_minutes, h.device.uuid)
-        eps = _episodes(a, runs, at)
+            w = shares[h.device]
+            consumed += integrate(h, window, minutes, m0) * w
+            runs += _idle_runs(minutes, m0, threshold, meta.idle_minutes, h.device.uuid, weight=w)
+        eps = _episodes(a, runs, at, shares.scale)
         episodes += eps
         for dim in dims:
             sums = agg[dim][getattr(a, dim)]
-            sums[0] += allocated * 1000
+            sums[0] += allocated
             sums[1] += consumed
             sums[2] += 1
         row = _allocation(a, at, window)
         row.update(
-            allocated_gpu_s=float(allocated),
-            consumed_gpu_s=consumed / 1000,
-            idle_gpu_s=sum(ep["idle_gpu_s"] for ep in eps),
+            allocated_gpu_s=allocated / unit,
+            consumed_gpu_s=consumed / unit,
+            idle_gpu_s=sum((end - start) * w for start, end, _, w in runs) / shares.scale,
         )
         allocations.append(row)
-    unattributed: list[dict[str, Any]] = []
-    unattributed_by_cluster: dict[str, int] = defaultdict(int)
-    for h in plan.unattributed:
-        c = integrate(h, window)
-        if c:
-            d = h.device
-            unattributed_by_cluster[d.cluster] += c
-            unattributed.append(
-                {
-                    "cluster": d.cluster,
-                    "node": d.node,
-                    "gpu_uuid": d.uuid,
-                    "start": at(max(h.start, 0)),
-                    "end": at(min(h.end, window)),
-                    "consumed_gpu_s": c / 1000,
-                }
-            )
-    by_cluster = _rollup(agg["cluster"])
+    unattributed, unattributed_by_cluster = _unattributed(plan, window, at, shares)
+    by_cluster = _rollup(agg["cluster"], unit)
     for cluster, totals in by_cluster.items():
-        totals["capacity_gpu_s"] = cap[cluster]
-        totals["unallocated_gpu_s"] = cap[cluster] - totals["allocated_gpu_s"]
-        totals["unattributed_consumed_gpu_s"] = unattributed_by_cluster[cluster] / 1000
-    allocated_total = sum(r[0] for r in agg["cluster"].values()) / 1000
-    consumed_total = sum(r[1] for r in agg["cluster"].values()) / 1000
-    padding = _padding(plan, window)
+        held = agg["cluster"][cluster][0]
+        totals["capacity_gpu_s"] = _seconds(cap[cluster], unit)
+        totals["unallocated_gpu_s"] = (cap[cluster] - held) / unit
+        totals["unattributed_consumed_gpu_s"] = unattributed_by_cluster[cluster] / unit
+    capacity = sum(cap.values())
+    allocated_sum = sum(r[0] for r in agg["cluster"].values())
+    consumed_sum = sum(r[1] for r in agg["cluster"].values())
+    allocated_total, consumed_total = allocated_sum / unit, consumed_sum / unit
     return {
         "scenario": meta.name,
         "seed": meta.seed,
@@ -124,40 +165,75 @@ def compute(sc: S.Scenario, plan: Plan, window: int) -> dict[str, Any]:
             "nodes": len(plan.estate.nodes),
             "devices": len(devices),
             "mig_devices": sum(d.is_mig for d in devices),
+            "physical_gpus": len({d.parent_uuid or d.uuid for d in devices}),
             "never_held": sorted(d.uuid for d in devices if d.uuid not in held_devices),
             "requests_never_started": plan.never_started,
         },
         "totals": {
-            "capacity_gpu_s": sum(cap.values()),
+            "capacity_gpu_s": _seconds(capacity, unit),
             "allocated_gpu_s": allocated_total,
             "consumed_gpu_s": consumed_total,
-            "gap_gpu_s": allocated_total - consumed_total,
-            "unallocated_gpu_s": sum(cap.values()) - allocated_total,
-            "unattributed_consumed_gpu_s": sum(unattributed_by_cluster.values()) / 1000,
+            "gap_gpu_s": (allocated_sum - consumed_sum) / unit,
+            "unallocated_gpu_s": (capacity - allocated_sum) / unit,
+            "unattributed_consumed_gpu_s": sum(unattributed_by_cluster.values()) / unit,
+            # device-level: seconds the allocations held devices, a MIG slice one device
+            "allocated_device_s": device_s,
         },
-        "by_class": _rollup(agg["workload_class"]),
-        "by_scheduler": _rollup(agg["scheduler"]),
-        "by_team": _rollup(agg["team"]),
+        "by_class": _rollup(agg["workload_class"], unit),
+        "by_scheduler": _rollup(agg["scheduler"], unit),
+        "by_team": _rollup(agg["team"], unit),
         "by_cluster": by_cluster,
-        "by_pattern": _rollup(agg["pattern"]),
+        "by_pattern": _rollup(agg["pattern"], unit),
         "allocations": allocations,
         "idle_episodes": episodes,
-        "partial_gangs": _gangs(plan, window, at),
-        "time_limit_padding": padding,
+        "partial_gangs": _gangs(plan, window, at, shares),
+        "time_limit_padding": _padding(plan, window),
         "unattributed": unattributed,
     }
+
+
+def _unattributed(
+    plan: Plan, window: int, at: Any, shares: Shares
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Use on devices nobody holds, each at its share; and its sums per cluster (thousandths x
+    seconds x weight)."""
+    rows: list[dict[str, Any]] = []
+    by_cluster: dict[str, int] = defaultdict(int)
+    unit = 1000 * shares.scale
+    for h in plan.unattributed:
+        d = h.device
+        c = integrate(h, window) * shares[d]
+        if c:
+            by_cluster[d.cluster] += c
+            rows.append(
+                {
+                    "cluster": d.cluster,
+                    "node": d.node,
+                    "gpu_uuid": d.uuid,
+                    "start": at(max(h.start, 0)),
+                    "end": at(min(h.end, window)),
+                    "consumed_gpu_s": c / unit,
+                }
+            )
+    return rows, by_cluster
 
 
 def _clock(origin: datetime) -> Any:
     return lambda t: format_utc(origin + timedelta(seconds=t))
 
 
-def _rollup(rows: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
+def _seconds(scaled: int, unit: int) -> int | float:
+    """GPU-seconds from thousandths x seconds x weight: an int when whole (capacity is)."""
+    q, r = divmod(scaled, unit)
+    return q if r == 0 else scaled / unit
+
+
+def _rollup(rows: dict[str, list[int]], unit: int) -> dict[str, dict[str, Any]]:
     return {
         k: {
-            "allocated_gpu_s": v[0] / 1000,
-            "consumed_gpu_s": v[1] / 1000,
-            "gap_gpu_s": (v[0] - v[1]) / 1000,
+            "allocated_gpu_s": v[0] / unit,
+            "consumed_gpu_s": v[1] / unit,
+            "gap_gpu_s": (v[0] - v[1]) / unit,
             "allocations": v[2],
         }
         for k, v in sorted(rows.items())
@@ -165,29 +241,36 @@ def _rollup(rows: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
 
 
 def _idle_runs(
-    minutes: list[int], m0: int, threshold: int, need: int, gpu: str
-) -> list[tuple[int, int, str]]:
+    minutes: list[int], m0: int, threshold: int, need: int, gpu: str, *, weight: int
+) -> list[tuple[int, int, str, int]]:
+    """Runs of at least ``need`` idle minutes: (start, end, gpu, the device's weight). The
+    threshold is on the device's own activity (a slice's share scales its activity and its
+    seconds alike)."""
     runs, first = [], None
     for i, total in enumerate([*minutes, threshold]):  # a sentinel closes the last run
         if total < threshold and i < len(minutes):
             first = i if first is None else first
         elif first is not None:
             if i - first >= need:
-                runs.append(((m0 + first) * 60, (m0 + i) * 60, gpu))
+                runs.append(((m0 + first) * 60, (m0 + i) * 60, gpu, weight))
             first = None
     return runs
 
 
-def _episodes(a: Allocation, runs: list[tuple[int, int, str]], at: Any) -> list[dict[str, Any]]:
+def _episodes(
+    a: Allocation, runs: list[tuple[int, int, str, int]], at: Any, scale: int
+) -> list[dict[str, Any]]:
+    """Overlapping or adjacent runs are one episode; its idle GPU-seconds are its runs'
+    seconds, each at its device's share."""
     merged: list[list[Any]] = []
-    for start, end, gpu in sorted(runs):
+    for start, end, gpu, w in sorted(runs):
         if merged and start <= merged[-1][1]:
             last = merged[-1]
             last[1] = max(last[1], end)
             last[2].add(gpu)
-            last[3] += end - start
+            last[3] += (end - start) * w
         else:
-            merged.append([start, end, {gpu}, end - start])
+            merged.append([start, end, {gpu}, (end - start) * w])
     return [
         {
             "allocation_id": a.id,
@@ -201,7 +284,7 @@ def _episodes(a: Allocation, runs: list[tuple[int, int, str]], at: Any) -> list[
             "end": at(e),
             "minutes": (e - s) // 60,
             "gpus": sorted(g),
-            "idle_gpu_s": float(idle),
+            "idle_gpu_s": idle / scale,
         }
         for s, e, g, idle in merged
     ]
@@ -242,14 +325,15 @@ def _allocation(a: Allocation, at: Any, window: int) -> dict[str, Any]:
     return row
 
 
-def _gangs(plan: Plan, window: int, at: Any) -> list[dict[str, Any]]:
+def _gangs(plan: Plan, window: int, at: Any, shares: Shares) -> list[dict[str, Any]]:
     out = []
     for g in plan.gangs:
         s, e = max(g.partial_from, 0), min(g.partial_to, window)
         if not g.pods or e <= s:
             continue
         early = [p for p in g.pods if p.start <= g.partial_from]
-        gpus = [h.device.uuid for p in early for h in p.holdings]
+        held = [h.device for p in early for h in p.holdings]
+        gpus = [d.uuid for d in held]
         outcome = "ongoing" if g.partial_to >= window else "deleted" if g.gave_up else "all_bound"
         out.append(
             {
@@ -265,7 +349,7 @@ def _gangs(plan: Plan, window: int, at: Any) -> list[dict[str, Any]]:
                 "end": at(e) if g.partial_to < window else None,
                 "outcome": outcome,
                 "gpus": gpus,
-                "held_gpu_s": float((e - s) * len(gpus)),
+                "held_gpu_s": (e - s) * sum(shares[d] for d in held) / shares.scale,
             }
         )
     return out

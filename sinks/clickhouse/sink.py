@@ -58,6 +58,9 @@ MINUTE_COLUMNS = [
     "allocated_ms",
     "unallocated_ms",
     "consumed_ms",
+    "device_ms",
+    "gpu_share",
+    "physical_uuid",
     "activity_max_bp",
     "activity_metric",
     "memory_used_mib",
@@ -147,16 +150,24 @@ _DATA_ERROR_CODES = {6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 321, 386, 4
 # idle minutes by the threshold the stream stamped on the minute (its policy), else, for rows
 # from before, by the class's in idle_policy (the stream's, from GPUGAP_IDLE_*)
 ROLLUP = """
-INSERT INTO gpu_hours
+INSERT INTO gpu_hours (hour, cluster, node, gpu_uuid, allocation_id, scheduler,
+    workload_class, owner, team, gang_id, allocated_s, unmeasured_s, unallocated_s,
+    consumed_gpu_s, minutes, idle_minutes, idle_s, activity_max, memory_max_mib,
+    memory_minutes, device_s, physical_uuid, version)
 SELECT toStartOfHour(m.minute) AS hour, m.cluster, m.node, m.gpu_uuid, m.allocation_id,
     any(m.scheduler), any(m.workload_class), any(m.owner), any(m.team), any(m.gang_id),
     sum(m.allocated_ms) / 1000, sumIf(m.allocated_ms, m.no_samples = 1) / 1000,
     sum(m.unallocated_ms) / 1000, sum(m.consumed_ms) / 1000, count(),
     countIf(m.allocated_ms > 0 AND m.no_samples = 0
         AND m.consumed_ms < if(m.idle_after_minutes > 0, m.idle_threshold_bp / 10000,
+            p.threshold) * m.allocated_ms) AS idle,
+    -- an idle minute counts the share of a GPU its row held (rows before shares: whole)
+    sumIf(60 * if(m.gpu_share > 0, m.gpu_share, 1), m.allocated_ms > 0 AND m.no_samples = 0
+        AND m.consumed_ms < if(m.idle_after_minutes > 0, m.idle_threshold_bp / 10000,
             p.threshold) * m.allocated_ms),
     max(m.activity_max_bp) / 10000, max(m.memory_used_mib),
-    countIf(m.no_samples = 0 AND m.memory_used_mib > 0), now64(3)
+    countIf(m.no_samples = 0 AND m.memory_used_mib > 0), sum(m.device_ms) / 1000,
+    any(m.physical_uuid), now64(3)
 FROM (
     SELECT * FROM gpu_minutes FINAL WHERE minute >= {start:DateTime} AND minute < {end:DateTime}
 ) AS m
@@ -167,10 +178,13 @@ GROUP BY hour, m.cluster, m.node, m.gpu_uuid, m.allocation_id
 
 
 DAILY = """
-INSERT INTO gpu_days
+INSERT INTO gpu_days (day, cluster, node, allocation_id, scheduler, workload_class, owner,
+    team, gang_id, gpus, allocated_s, unmeasured_s, unallocated_s, consumed_gpu_s, idle_minutes,
+    idle_s, version)
 SELECT toDate(hour) AS day, cluster, node, allocation_id, any(scheduler), any(workload_class),
     any(owner), any(team), any(gang_id), uniqExact(gpu_uuid), sum(allocated_s),
-    sum(unmeasured_s), sum(unallocated_s), sum(consumed_gpu_s), sum(idle_minutes), now64(3)
+    sum(unmeasured_s), sum(unallocated_s), sum(consumed_gpu_s), sum(idle_minutes), sum(idle_s),
+    now64(3)
 FROM gpu_hours FINAL
 WHERE hour >= {start:DateTime} AND hour < {end:DateTime}
 GROUP BY day, cluster, node, allocation_id
@@ -211,6 +225,10 @@ def minute_row(m: GpuMinute, now: datetime) -> list[Any]:
         _ms(m.allocated_s),
         _ms(m.unallocated_s),
         _ms(m.consumed_gpu_s),
+        # a record from a worker before shares says neither: it is a legacy row (gpu_share 0)
+        _ms(m.device_s if m.device_s is not None else m.allocated_s + m.unallocated_s),
+        m.gpu_share if m.device_s is not None else 0.0,
+        m.physical_uuid or m.gpu_uuid,
         round((m.activity_max or 0.0) * 10_000),
         m.activity_metric or "",
         round(m.memory_used_mib_avg or 0.0),

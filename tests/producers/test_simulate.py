@@ -25,6 +25,7 @@ from gpugap.simulator.wire import gpu_json
 from producers.base import run_producer
 from schemas import GpuSample, decode, encode
 from schemas.errors import ConfigError, InvalidRecord
+from schemas.shares import mig_share
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, by_name
 
 TOPICS = {t.name: t for t in (SAMPLES, SLURM_JOBS, K8S_PODS)}
@@ -49,7 +50,10 @@ class Reference:
     """Allocated and consumed GPU-seconds from the emitted records alone, with plain code:
     dedupe by event id / (node, time), allocations from scheduler events, consumption by
     time-weighting each sample's activity over (t - interval, t] inside the window, owned by
-    the pod its attribution names, the Slurm job holding its index, or nobody."""
+    the pod its attribution names, the Slurm job holding its index, or nobody. GPU-seconds are
+    GPU-equivalents: a MIG slice counts its share of its GPU (a pod's from its
+    ``nvidia.com/mig-<profile>`` resource, a sample's from its ``mig.profile``), and capacity
+    counts physical GPUs."""
 
     def __init__(self, path: Path, window: dict[str, Any]) -> None:
         self.w0, self.w1 = ts(window["start"]), ts(window["end"])
@@ -60,6 +64,7 @@ class Reference:
         self.samples: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.sample_bytes: dict[tuple[str, str, str], set[bytes]] = defaultdict(set)
         self.out_of_order: Counter[str] = Counter()
+        self.models: dict[tuple[str, str], str] = {}
         last: dict[str, float] = defaultdict(float)
         with path.open("rb") as fh:
             for line in fh:
@@ -78,6 +83,8 @@ class Reference:
                     self.out_of_order[topic] += 1
                 last[topic] = max(last[topic], t)
                 if topic == SAMPLES.name:
+                    for g in v["gpus"]:
+                        self.models[v["cluster"], v["node"]] = g["model"]
                     k = (v["cluster"], v["node"], v["time"])
                     self.samples[k] = v
                     self.sample_bytes[k].add(raw)
@@ -112,9 +119,14 @@ class Reference:
                 aid = f"k8s/{e['cluster']}/{e['uid']}"
                 if e["kind"] == "bound":
                     a = self.allocs.setdefault(aid, {"end": None})
+                    resource = e.get("gpu_resource") or ""
+                    share = 1.0
+                    if resource.startswith("nvidia.com/mig-"):
+                        model = self.models[e["cluster"], e["node"]]
+                        share = mig_share(resource.removeprefix("nvidia.com/mig-"), model) or 1.0
                     a.update(
                         start=ts(e["time"]),
-                        gpus=e["gpus"],
+                        gpus=e["gpus"] * share,
                         cls=e["workload_class"],
                         team=e["team"],
                         cluster=e["cluster"],
@@ -132,6 +144,7 @@ class Reference:
             a["consumed"] = 0.0
 
     def consume(self) -> tuple[float, Counter[str]]:
+        """Unattributed GPU-seconds, and physical GPUs per cluster."""
         unattributed = 0.0
         devices: Counter[str] = Counter()
         seen = set()
@@ -139,10 +152,13 @@ class Reference:
             t, dt = ts(v["time"]), v["interval_s"]
             overlap = min(t, self.w1) - max(t - dt, self.w0)
             for g in v["gpus"]:
-                if g["uuid"] not in seen:
-                    seen.add(g["uuid"])
+                mig = g.get("mig")
+                physical = mig["parent_uuid"] if mig else g["uuid"]
+                if physical not in seen:
+                    seen.add(physical)
                     devices[cluster] += 1
-                a = g["activity"]
+                share = (mig_share(mig["profile"], g["model"]) or 1.0) if mig else 1.0
+                a = g["activity"] * share
                 if overlap <= 0 or not a:
                     continue
                 owner = None

@@ -30,6 +30,8 @@ GOLDEN_0_1 = Path(__file__).with_name("snapshot_golden_0.1.json")
 #: what the worker wrote before pod attributions were spans of time (each GPU's last sample
 #: time only, ``{uuid: ms}``): must restore too (``streams.state.upgrade_node_state``)
 GOLDEN_BEFORE_SPANS = Path(__file__).with_name("snapshot_golden_before_spans.json")
+#: what the worker wrote before GPU shares (idle runs without their GPU-equivalent seconds)
+GOLDEN_BEFORE_SHARES = Path(__file__).with_name("snapshot_golden_before_shares.json")
 CFG = CoreConfig(idle=IdleConfig(minutes=3))
 CUT = "10:16:00"  # the snapshot is taken after the records up to here
 
@@ -171,6 +173,20 @@ def test_a_checkpoint_from_before_attribution_spans_restores_and_goes_on_alike()
     first = f"[[{ms(T('10:00:00'))},"
     assert got["node:hpc/n1"] == want["node:hpc/n1"].replace(f"[[{ms(T('10:00:10'))},", first)
     assert all(got[k] == want[k] for k in want if k != "node:hpc/n1")
+
+
+def test_a_checkpoint_from_before_shares_restores_and_goes_on_alike() -> None:
+    """Idle runs were [start, minutes]: restored, they count whole GPUs (what they were) and
+    gain their GPU-equivalent seconds at their next idle minute; alerts are the same."""
+    old = json.loads(GOLDEN_BEFORE_SHARES.read_text())
+    runs = json.loads(old["node:hpc/n1"])["idle"]["runs"]
+    assert runs and all(len(r) == 2 for r in runs.values())
+    restored = Join(Null(), "", CFG)
+    restored.restore({k.encode(): zlib.compress(v.encode()) for k, v in old.items()})
+    original, _ = snapshot_now()
+    _, after = up_to(CUT)
+    assert feed(restored.proc, after) == feed(original.proc, after)
+    assert written(restored) == written(original)
 
 
 if __name__ == "__main__":
