@@ -344,7 +344,8 @@ class GpuMinute(Record):
         ge=0.0,
         le=float(MINUTE_S),
         description="seconds of the minute this row covers on the device itself (a MIG slice: "
-        "slice-seconds); None from releases before shares: then allocated_s + unallocated_s",
+        "slice-seconds; 0 for the part of a partitioned GPU in no slice); None from releases "
+        "before shares: then allocated_s + unallocated_s",
     )
     gpu_share: Ratio = Field(
         default=1.0,
@@ -360,7 +361,10 @@ class GpuMinute(Record):
     memory_used_mib_avg: NonNegFloat | None = None
     power_w_avg: NonNegFloat | None = None
     sample_count: NonNegInt
-    no_samples: StrictBool = Field(description="no telemetry for this minute: consumption unknown")
+    no_samples: StrictBool = Field(
+        description="no activity reading for this minute (none, or samples without activity: "
+        "NVML on a MIG slice): consumption unknown"
+    )
     allocation_id: EventId | None = None
     scheduler: Scheduler | None = None
     workload_class: WorkloadClass | None = None

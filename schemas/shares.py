@@ -1,4 +1,4 @@
-"""What part of a physical GPU a device counts for (DESIGN.md: GPU-equivalents).
+"""What part of a physical GPU a device counts for (docs/architecture.md, GPU-equivalents).
 
 A MIG slice counts its compute slices over its GPU's total: ``1g.10gb`` of an H100 = 1/7,
 ``3g.40gb`` of an A100 = 3/7, ``2g.12gb`` of an A30 = 2/4. A compute-instance profile

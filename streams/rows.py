@@ -106,7 +106,7 @@ def minute_rows(
 ) -> list[GpuMinute]:
     """Per GPU (or MIG slice): a row per allocation holding it, one for the seconds nobody
     held it; per MIG-partitioned GPU, one for the share no slice covers. Seconds count in
-    GPU-equivalents (DESIGN.md): a slice's share of its GPU, and a GPU held by several
+    GPU-equivalents (docs/architecture.md): a slice's share of its GPU, and a GPU held by several
     allocations at once (time-slicing) is divided between them equally."""
     m1 = m0 + MINUTE_MS
     spans: dict[str, list[tuple[str, int, int]]] = {}
@@ -219,7 +219,7 @@ def unsliced_rows(s: NodeState, m0: int, minute: datetime) -> list[GpuMinute]:
                 physical=None,
                 a=None,
                 policy=None,
-                measured=True,
+                unsliced=True,
             )
         )
     return rows
@@ -237,13 +237,15 @@ def row(
     physical: str | None,
     a: AllocState | None,
     policy: IdlePolicy | None,
-    measured: bool = False,
+    unsliced: bool = False,
 ) -> GpuMinute:
     """``span_ms`` of the device counted at ``share`` of a physical GPU, ``consumed_ms`` in
-    GPU-equivalents (``u`` says how busy the device was); ``measured``: no sample is due (the
-    unsliced part of a MIG GPU runs nothing)."""
-    device_s = span_ms / SECOND_MS
-    secs = device_s * share
+    GPU-equivalents (``u`` says how busy the device was). ``unsliced``: the part of a MIG GPU
+    in no slice, no device of its own (device_s 0) and nothing to measure (it runs nothing).
+    A minute is unmeasured when no sample had an activity reading (NVML has none for a MIG
+    slice: its samples say memory and power, not how busy it was)."""
+    secs = span_ms / SECOND_MS * share
+    device_s = 0.0 if unsliced else span_ms / SECOND_MS
     avg = u.activity_avg
     return trusted(
         GpuMinute,
@@ -264,7 +266,7 @@ def row(
             "memory_used_mib_avg": u.memory,
             "power_w_avg": u.power,
             "sample_count": u.sample_count,
-            "no_samples": u.sample_count == 0 and not measured,
+            "no_samples": u.covered_ms == 0 and not unsliced,
             "allocation_id": a["id"] if a else None,
             "scheduler": ENUMS["s:" + a["scheduler"]] if a else None,
             "workload_class": ENUMS["c:" + a["cls"]] if a else None,

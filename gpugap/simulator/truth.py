@@ -8,7 +8,7 @@ UTC minute wholly inside an allocation whose time-weighted activity is below the
 an idle episode is a run of at least ``idle_minutes`` such minutes on a GPU, and overlapping
 or adjacent runs on GPUs of the same allocation are one episode.
 
-GPU-seconds are GPU-equivalents (DESIGN.md): a MIG slice counts its share of its physical GPU
+GPU-seconds are GPU-equivalents (docs/architecture.md): a MIG slice counts its share of its physical GPU
 (``schemas.shares.mig_share``: 1g.10gb of an A100 = 1/7), in its allocated, consumed, idle and
 unattributed seconds; a partitioned GPU's capacity is one GPU, so the share no slice covers is
 unallocated capacity. Shares stay exact: each device's share is an integer weight over a common

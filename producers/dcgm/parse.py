@@ -10,7 +10,11 @@ Parsing is prometheus_client's own parser; this module only maps DCGM fields and
 - node from ``Hostname`` (``hostname`` in newer builds), else the endpoint's host.
 - activity: ``PROF_SM_ACTIVE``, else ``PROF_GR_ENGINE_ACTIVE``, else ``GPU_UTIL`` / 100.
 - attribution: ``pod``/``namespace``/``container`` (or the old ``pod_name``/``pod_namespace``/
-  ``container_name``), and ``hpc_job`` as the Slurm job.
+  ``container_name``), and ``hpc_job`` as the Slurm job. A time-sliced GPU that dcgm-exporter
+  reports once per pod holding it (``--kubernetes-virtual-gpus``: the same series with each
+  pod's labels and a ``vgpu`` label) is one device: the first pod in (namespace, pod,
+  container) order is its pod, the other pods its ``shared`` (sorted, one entry per pod with
+  its first container, at most MAX_SHARING_PODS), as the NVML agent does from the kubelet.
 """
 
 from __future__ import annotations
@@ -24,8 +28,14 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from schemas import Attribution, GpuSample, MigInstance, NodeSample
-from schemas.types import GPU_UUID_PATTERN, ActivityMetric, DeadLetterKind, SampleSource
+from schemas import Attribution, GpuSample, MigInstance, NodeSample, SharingPod
+from schemas.types import (
+    GPU_UUID_PATTERN,
+    MAX_SHARING_PODS,
+    ActivityMetric,
+    DeadLetterKind,
+    SampleSource,
+)
 
 #: DCGM field -> our name for it
 FIELDS = {
@@ -50,7 +60,6 @@ SAMPLE_FIELDS = (
     "sm_clock_mhz",
 )
 _WANTED = tuple(FIELDS)
-_POD_LABELS = (("pod", "pod_name"), ("namespace", "pod_namespace"), ("container", "container_name"))
 
 
 class ScrapeError(Exception):
@@ -70,6 +79,8 @@ class _Gpu:
     gi: int | None
     labels: dict[str, str]
     values: dict[str, float] = field(default_factory=dict)
+    #: (namespace, pod, container) of every pod a series of this GPU is labelled with
+    pods: set[tuple[str, str, str]] = field(default_factory=set)
 
 
 def _label(labels: Mapping[str, str], *names: str) -> str | None:
@@ -154,7 +165,11 @@ def node_samples(
         gpu = gpus.get(key)
         if gpu is None:
             gpu = gpus[key] = _Gpu(node, uuid, index, gi, dict(labels))
-        gpu.values.setdefault(ours, value)  # several hpc_job series: the first
+        gpu.values.setdefault(ours, value)  # several hpc_job or pod series: the first
+        pod = labels.get("pod") or labels.get("pod_name")
+        if pod:
+            ns = labels.get("namespace") or labels.get("pod_namespace") or ""
+            gpu.pods.add((ns, pod, labels.get("container") or labels.get("container_name") or ""))
     if not gpus:
         raise ScrapeError(
             DeadLetterKind.REJECTED, "no DCGM GPU series in the scrape (is it dcgm-exporter?)"
@@ -199,6 +214,29 @@ def _order(g: GpuSample) -> tuple[int, int, str]:
     return (g.index, g.mig.gpu_instance_id if g.mig else -1, g.uuid)
 
 
+def _attribution(pods: set[tuple[str, str, str]], job: str | None) -> Attribution:
+    """The first pod in (namespace, pod, container) order, the other pods as ``shared``."""
+    who = sorted(pods)
+    if not who:
+        return Attribution(slurm_job_id=job)
+    ns, pod, container = who[0]
+    others: dict[tuple[str, str], str] = {}
+    for o_ns, o_pod, o_container in who:
+        if (o_ns, o_pod) != (ns, pod):
+            others.setdefault((o_ns, o_pod), o_container)  # sorted: the pod's first container
+    shared = tuple(
+        SharingPod(pod=o_pod, namespace=o_ns or None, container=o_container or None)
+        for (o_ns, o_pod), o_container in list(others.items())[:MAX_SHARING_PODS]
+    )
+    return Attribution(
+        pod=pod,
+        namespace=ns or None,
+        container=container or None,
+        slurm_job_id=job,
+        shared=shared or None,
+    )
+
+
 def _sample(g: _Gpu) -> GpuSample:
     v = g.values
     out: dict[str, Any] = {}
@@ -230,13 +268,8 @@ def _sample(g: _Gpu) -> GpuSample:
             parent_uuid=g.uuid, gpu_instance_id=g.gi, profile=labels.get("GPU_I_PROFILE") or None
         )
         uuid = f"MIG-{g.uuid}/{g.gi}/0"
-    pod, namespace, container = (_label(labels, *names) for names in _POD_LABELS)
     job = labels.get("hpc_job") or None
-    attribution = (
-        Attribution(pod=pod, namespace=namespace, container=container, slurm_job_id=job)
-        if pod or job
-        else None
-    )
+    attribution = _attribution(g.pods, job) if g.pods or job else None
     return GpuSample(
         uuid=uuid,
         index=g.index,

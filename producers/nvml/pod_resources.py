@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from schemas import Attribution
-from schemas.types import GPU_UUID_PATTERN
+from schemas import Attribution, SharingPod
+from schemas.types import GPU_UUID_PATTERN, MAX_SHARING_PODS
 
 log = logging.getLogger(__name__)
 
@@ -36,31 +36,61 @@ def device_uuid(device_id: str) -> str | None:
     return uuid if _UUID.match(uuid) else None
 
 
-def attributions(response: Any) -> dict[str, Attribution]:
+def attributions(response: Any, capped: set[str] | None = None) -> dict[str, Attribution]:
     """UUID -> the pod and container holding it, from a ListPodResourcesResponse.
 
     A time-sliced GPU held by several pods is attributed to the first in (namespace, pod,
-    container) order, so the choice is stable from tick to tick; the others are logged.
+    container) order, so the choice is stable from tick to tick; the other pods go in
+    ``shared``, sorted, one entry per pod (its first container holding the GPU), at most
+    MAX_SHARING_PODS of them. A pod holding several replicas of one GPU is one holder; a GPU
+    held by one pod has ``shared=None``.
+
+    ``capped``: the GPUs that already held too many pods, kept by the caller so that the
+    warning comes once when a GPU goes past the cap rather than every tick; updated in place.
     """
-    holders: dict[str, list[tuple[str, str, str]]] = {}
+    holders: dict[str, set[tuple[str, str, str]]] = {}
     for pod in response.pod_resources:
         for container in pod.containers:
             for dev in container.devices:
                 for device_id in dev.device_ids:
                     uuid = device_uuid(device_id)
                     if uuid is not None:
-                        holders.setdefault(uuid, []).append(
+                        holders.setdefault(uuid, set()).add(
                             (pod.namespace, pod.name, container.name)
                         )
     out: dict[str, Attribution] = {}
+    over: set[str] = set()
     for uuid, found in holders.items():
-        who = sorted(set(found))
-        if len(who) > 1:
-            log.debug("pod-resources: %s is shared by %s; attributed to the first", uuid, who)
+        who = sorted(found)
         ns, pod_name, container = who[0]
-        out[uuid] = Attribution(
-            pod=pod_name or None, namespace=ns or None, container=container or None
+        others: dict[tuple[str, str], str] = {}
+        for o_ns, o_pod, o_container in who:
+            if o_pod and (o_ns, o_pod) != (ns, pod_name):
+                others.setdefault((o_ns, o_pod), o_container)  # sorted: the pod's first
+        if len(others) > MAX_SHARING_PODS:
+            over.add(uuid)
+            if capped is None or uuid not in capped:
+                log.warning(
+                    "pod-resources: %s is held by %d pods; kept %d (the first and %d sharing "
+                    "it), the others are not attributed",
+                    uuid,
+                    len(others) + 1,
+                    MAX_SHARING_PODS + 1,
+                    MAX_SHARING_PODS,
+                )
+        shared = tuple(
+            SharingPod(pod=o_pod, namespace=o_ns or None, container=o_container or None)
+            for (o_ns, o_pod), o_container in list(others.items())[:MAX_SHARING_PODS]
         )
+        out[uuid] = Attribution(
+            pod=pod_name or None,
+            namespace=ns or None,
+            container=container or None,
+            shared=shared or None,
+        )
+    if capped is not None:
+        capped.clear()  # a GPU back under the cap is warned about again if it goes over
+        capped.update(over)
     return out
 
 
@@ -73,6 +103,7 @@ class PodResourcesClient:
         self._channel: Any = None
         self._stub: Any = None
         self._failing = False
+        self._capped: set[str] = set()  # GPUs held by more pods than kept: warned
 
     async def list(self) -> dict[str, Attribution] | None:
         """UUID -> holder, or None when the kubelet cannot be asked (no socket, no answer)."""
@@ -106,7 +137,7 @@ class PodResourcesClient:
         if self._failing:
             log.warning("pod-resources: %s answers again", self.socket)
             self._failing = False
-        return attributions(response)
+        return attributions(response, self._capped)
 
     async def close(self) -> None:
         channel, self._channel, self._stub = self._channel, None, None

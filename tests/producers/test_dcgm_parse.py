@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from producers.dcgm.parse import ScrapeError, parse_scrape
-from schemas import Attribution, GpuSample, MigInstance, NodeSample
-from schemas.types import ActivityMetric, DeadLetterKind, SampleSource
+from schemas import Attribution, GpuSample, MigInstance, NodeSample, SharingPod, encode
+from schemas.types import MAX_SHARING_PODS, ActivityMetric, DeadLetterKind, SampleSource
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dcgm"
 T = datetime(2026, 11, 2, 9, 30, 15, tzinfo=UTC)
@@ -193,3 +194,85 @@ def test_float_overshoot_is_clamped_not_refused() -> None:
     text = (FIXTURES / "a100x8.txt").read_text().replace(" 0.951203\n", " 1.0000002\n")
     [sample] = parse("", text)
     assert sample.gpus[2].activity == 1.0
+
+
+SLICED = "GPU-8e81973e-0bec-47b0-b898-d190f9ebdacc"
+WHOLE = "GPU-6b4cb242-4a23-4596-a217-beaddbc496cb"
+
+
+def virtual_gpus(holders: list[tuple[str, str, str, str, str]]) -> str:
+    """A scrape as dcgm-exporter with --kubernetes-virtual-gpus writes it: each GPU's series
+    once per container holding a replica, with that pod's labels and the replica as vgpu.
+    ``holders``: (uuid, namespace, pod, container, vgpu) in the exporter's order."""
+    lines = []
+    for field, value in (("DCGM_FI_DEV_GPU_UTIL", 61), ("DCGM_FI_PROF_SM_ACTIVE", 0.55)):
+        lines += [f"# HELP {field} x", f"# TYPE {field} gauge"]
+        for uuid, ns, pod, container, vgpu in holders:
+            gpu = 0 if uuid == SLICED else 1
+            lines.append(
+                f'{field}{{gpu="{gpu}",UUID="{uuid}",modelName="NVIDIA L4",'
+                f'Hostname="gke-shared-pool-2",container="{container}",namespace="{ns}",'
+                f'pod="{pod}",vgpu="{vgpu}"}} {value}'
+            )
+    return "\n".join(lines) + "\n"
+
+
+def test_time_sliced_gpu_reported_once_per_pod_is_one_device_shared() -> None:
+    [sample] = parse(
+        "",
+        virtual_gpus(
+            [  # the exporter's order (the kubelet's), not sorted
+                (SLICED, "serving", "embed-c", "server", "2"),
+                (SLICED, "batch", "score-z", "worker", "0"),
+                (SLICED, "serving", "embed-a", "server", "3"),
+                (SLICED, "serving", "embed-b", "server", "1"),
+                (SLICED, "serving", "embed-b", "metrics", "4"),  # the same pod: one holder
+                (SLICED, "serving", "embed-a", "server", "5"),  # a second replica: one holder
+                (WHOLE, "ml", "train-0", "pytorch", ""),
+            ]
+        ),
+    )
+    assert [g.uuid for g in sample.gpus] == [SLICED, WHOLE]
+    sliced, whole = sample.gpus
+    assert sliced.attribution == Attribution(
+        pod="score-z",
+        namespace="batch",
+        container="worker",
+        shared=(
+            SharingPod(pod="embed-a", namespace="serving", container="server"),
+            SharingPod(pod="embed-b", namespace="serving", container="metrics"),
+            SharingPod(pod="embed-c", namespace="serving", container="server"),
+        ),
+    )
+    assert (sliced.activity, sliced.utilization) == (0.55, 0.61)  # the same GPU each time
+    assert whole.attribution == Attribution(pod="train-0", namespace="ml", container="pytorch")
+    assert "shared" not in json.loads(encode(whole))
+
+
+def test_one_pod_with_two_replicas_shares_with_nobody() -> None:
+    [sample] = parse(
+        "",
+        virtual_gpus(
+            [
+                (SLICED, "serving", "embed-a", "server", "1"),
+                (SLICED, "serving", "embed-a", "server", "0"),
+                (SLICED, "serving", "embed-a", "loader", "2"),
+            ]
+        ),
+    )
+    assert sample.gpus[0].attribution == Attribution(
+        pod="embed-a", namespace="serving", container="loader"
+    )
+
+
+def test_more_sharing_pods_than_kept_are_capped() -> None:
+    many = MAX_SHARING_PODS + 6
+    [sample] = parse(
+        "",
+        virtual_gpus(
+            [(SLICED, "serving", f"embed-{i:03d}", "server", str(i)) for i in range(many)]
+        ),
+    )
+    a = sample.gpus[0].attribution
+    assert a is not None and a.pod == "embed-000" and a.shared is not None
+    assert [p.pod for p in a.shared] == [f"embed-{i:03d}" for i in range(1, MAX_SHARING_PODS + 1)]

@@ -21,7 +21,8 @@ from producers.nvml.kubelet import api_pb2, api_pb2_grpc
 from producers.nvml.pod_resources import PodResourcesClient, attributions, device_uuid
 from producers.nvml.producer import NvmlProducer
 from producers.nvml.settings import NvmlSettings
-from schemas import Attribution
+from schemas import Attribution, SharingPod, encode
+from schemas.types import MAX_SHARING_PODS
 from tests.nvml_fake import FakeNvml
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "pod_resources"
@@ -127,6 +128,159 @@ def test_time_sliced_gpu_goes_to_the_first_holder() -> None:
     got = attributions(recorded("h100x2_mig"))
     shared = got["GPU-3fb06e55-5746-4ede-8c32-916369ad49d8"]
     assert shared.pod == "embed-svc-7d4b9c-4hq8n"  # sorted: stable from tick to tick
+    assert shared.shared == (
+        SharingPod(pod="embed-svc-7d4b9c-zt5mx", namespace="serving", container="server"),
+    )
+    # the MIG instances, each held by one pod, share with nobody
+    assert got["MIG-68914221-dd79-45a4-b412-961c75951ef0"].shared is None
+
+
+SLICED = "GPU-3fb06e55-5746-4ede-8c32-916369ad49d8"
+
+
+def response(*pods: tuple[str, str, dict[str, list[str]]]) -> api_pb2.ListPodResourcesResponse:
+    """A List answer: (namespace, pod, {container: device ids}) per pod, in the given order."""
+    return api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            api_pb2.PodResources(
+                name=name,
+                namespace=ns,
+                containers=[
+                    api_pb2.ContainerResources(
+                        name=container,
+                        devices=[
+                            api_pb2.ContainerDevices(
+                                resource_name="nvidia.com/gpu", device_ids=device_ids
+                            )
+                        ],
+                    )
+                    for container, device_ids in containers.items()
+                ],
+            )
+            for ns, name, containers in pods
+        ]
+    )
+
+
+def test_four_pods_time_slicing_one_gpu() -> None:
+    """The first pod is the attribution's pod; the other three, in order, share it."""
+    got = attributions(
+        response(  # in the kubelet's order, not sorted
+            ("serving", "embed-c", {"server": [f"{SLICED}::2"]}),
+            ("batch", "score-z", {"worker": [f"{SLICED}::0"]}),
+            ("serving", "embed-a", {"server": [f"{SLICED}::3"]}),
+            ("serving", "embed-b", {"server": [f"{SLICED}::1"], "metrics": [f"{SLICED}::4"]}),
+        )
+    )
+    assert got == {
+        SLICED: Attribution(
+            pod="score-z",
+            namespace="batch",
+            container="worker",
+            shared=(
+                SharingPod(pod="embed-a", namespace="serving", container="server"),
+                # one entry for the pod, its first container holding the GPU
+                SharingPod(pod="embed-b", namespace="serving", container="metrics"),
+                SharingPod(pod="embed-c", namespace="serving", container="server"),
+            ),
+        )
+    }
+
+
+def test_one_pod_holding_two_replicas_is_one_holder() -> None:
+    got = attributions(
+        response(
+            ("serving", "embed-a", {"server": [f"{SLICED}::0", f"{SLICED}::1"]}),
+            ("serving", "embed-b", {"sidecar": [f"{SLICED}::3"], "server": [f"{SLICED}::2"]}),
+        )
+    )
+    assert got[SLICED].pod == "embed-a"
+    assert got[SLICED].shared == (
+        SharingPod(pod="embed-b", namespace="serving", container="server"),
+    )
+    # the first pod's other container is no other holder
+    first_twice = attributions(
+        response(
+            ("serving", "embed-a", {"server": [f"{SLICED}::0"], "loader": [f"{SLICED}::1"]}),
+            ("serving", "embed-b", {"server": [f"{SLICED}::2"]}),
+        )
+    )
+    assert (first_twice[SLICED].container, first_twice[SLICED].shared) == (
+        "loader",
+        (SharingPod(pod="embed-b", namespace="serving", container="server"),),
+    )
+    assert attributions(
+        response(("serving", "embed-a", {"server": [f"{SLICED}::0", f"{SLICED}::1"]}))
+    ) == {SLICED: Attribution(pod="embed-a", namespace="serving", container="server")}
+    two_containers = attributions(
+        response(("serving", "embed-a", {"server": [f"{SLICED}::1"], "loader": [f"{SLICED}::0"]}))
+    )
+    assert two_containers == {
+        SLICED: Attribution(pod="embed-a", namespace="serving", container="loader")
+    }
+
+
+def test_same_name_in_two_namespaces_is_two_pods() -> None:
+    got = attributions(
+        response(
+            ("team-b", "notebook", {"main": [f"{SLICED}::1"]}),
+            ("team-a", "notebook", {"main": [f"{SLICED}::0"]}),
+        )
+    )
+    assert (got[SLICED].namespace, got[SLICED].shared) == (
+        "team-a",
+        (SharingPod(pod="notebook", namespace="team-b", container="main"),),
+    )
+
+
+def test_a_whole_gpu_held_by_one_pod_encodes_as_before() -> None:
+    got = attributions(recorded("a100x8"))
+    assert all(a.shared is None for a in got.values())
+    worker = got["GPU-0f4aa467-64e2-4b77-b67a-73f91da3a124"]
+    assert json.loads(encode(worker)) == {
+        "pod": "bert-large-worker-0",
+        "namespace": "ml-research",
+        "container": "pytorch",
+    }
+
+
+def test_more_sharing_pods_than_kept_are_capped_and_warned_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    many = MAX_SHARING_PODS + 6
+    answer = response(
+        *(("serving", f"embed-{i:03d}", {"server": [f"{SLICED}::{i}"]}) for i in range(many))
+    )
+    capped: set[str] = set()
+    with caplog.at_level(logging.WARNING):
+        got = attributions(answer, capped)
+        again = attributions(answer, capped)  # the next tick: no second warning
+    assert got == again
+    assert got[SLICED].pod == "embed-000"
+    shared = got[SLICED].shared
+    assert shared is not None and len(shared) == MAX_SHARING_PODS
+    assert [p.pod for p in shared] == [f"embed-{i:03d}" for i in range(1, MAX_SHARING_PODS + 1)]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert SLICED in warnings[0] and f"{many} pods" in warnings[0]
+    assert f"kept {MAX_SHARING_PODS + 1}" in warnings[0]
+    # back under the cap, then over it again: warned again
+    attributions(response(("serving", "embed-000", {"server": [f"{SLICED}::0"]})), capped)
+    assert capped == set()
+    with caplog.at_level(logging.WARNING):
+        attributions(answer, capped)
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+    # exactly at the cap: all kept, no warning
+    caplog.clear()
+    at_cap = response(
+        *(
+            ("serving", f"embed-{i:03d}", {"server": [f"{SLICED}::{i}"]})
+            for i in range(MAX_SHARING_PODS + 1)
+        )
+    )
+    with caplog.at_level(logging.WARNING):
+        kept = attributions(at_cap)
+    assert len(kept[SLICED].shared or ()) == MAX_SHARING_PODS and not caplog.records
 
 
 def nvml_settings(socket: Path) -> tuple[Settings, NvmlSettings]:
@@ -175,6 +329,11 @@ def test_mig_pods_by_mig_uuid_and_by_the_older_id(tmp_path: Path) -> None:
         sample = asyncio.run(run())
     pods = [g.attribution.pod if g.attribution else None for g in sample.gpus]
     assert pods == ["jupyter-alice", None, "jupyter-bob", None, "embed-svc-7d4b9c-4hq8n"]
+    # the time-sliced GPU's sample names the other pod sharing it
+    assert sample.gpus[-1].attribution.shared == (
+        SharingPod(pod="embed-svc-7d4b9c-zt5mx", namespace="serving", container="server"),
+    )
+    assert [g.attribution.shared for g in sample.gpus[:-1] if g.attribution] == [None, None]
 
 
 def test_kubelet_down_then_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -1,4 +1,4 @@
-"""GPU-hours in physical GPU-equivalents through the worker's pure core (DESIGN.md), each
+"""GPU-hours in physical GPU-equivalents through the worker's pure core (docs/architecture.md), each
 shape with a hand-computed answer (samples every 10 s, each the average over (t-10 s, t]):
 
 - **MIG, mixed profiles on one A100** (7 compute slices): a 3g.40gb held by pod a at 0.7, a
@@ -113,7 +113,7 @@ def test_mig_slices_count_their_share_and_the_gpu_counts_once(restore_at: int | 
         (s1, A): (r(60 * 3 / 7), 0.0, r(0.7 * 60 * 3 / 7), r(3 / 7), 60.0),
         (s2, B): (r(60 / 7), 0.0, 0.0, r(1 / 7), 60.0),
         (s3, ""): (0.0, r(60 * 2 / 7), 0.0, r(2 / 7), 60.0),
-        (PARENT, ""): (0.0, r(60 / 7), 0.0, r(1 / 7), 60.0),  # no slice covers it
+        (PARENT, ""): (0.0, r(60 / 7), 0.0, r(1 / 7), 0.0),  # no slice covers it
     }
     for m, rows in minutes.items():
         assert rows == want, m
@@ -243,3 +243,25 @@ def test_a_heterogeneous_job_is_an_allocation_per_component() -> None:
     got = _sums(_through_the_worker(jobs, {0: 1.0, 1: 0.5, 2: 0.1}))
     assert got["slurm/hpc/700+0"] == (480.0, 360.0)  # 2 GPUs x 240 s, at 1.0 and 0.5
     assert got["slurm/hpc/700+1"] == (240.0, 24.0)
+
+
+def test_a_mig_slice_nvml_samples_without_activity_is_unmeasured_not_idle() -> None:
+    """NVML has no utilization for a MIG device: its samples carry memory and power only.
+    Such minutes are unmeasured (they used to read as measured with nothing consumed, and a
+    notebook on a slice got an idle alert every 3 minutes)."""
+    uid, profile, _, _ = SLICES[2]
+    core = NodeCore.new(CLUSTER, NODE, CFG)
+    out = core.allocation(pod("uid-b", "start", "10:00:00", name="b"))
+    for hms in _every_10s("10:00:10", "10:08:00"):
+        g = GpuSample(
+            uuid=uid, index=0, model=A100, memory_used_mib=5000.0, power_w=80.0,
+            unsupported=("utilization",),
+            mig=MigInstance(parent_uuid=PARENT, gpu_instance_id=2, profile=profile),
+            attribution=Attribution(namespace="ns", pod="b"),
+        )  # fmt: skip
+        out.extend(core.sample(_node(hms, [g])))
+    out.extend(core.advance(T("10:10:00")))
+    held = [x for x in out.minutes if x.allocation_id == B]
+    assert len(held) == 8 and all(x.no_samples and x.sample_count == 6 for x in held)
+    assert all(x.allocated_s == pytest.approx(60 / 7) for x in held)
+    assert not out.alerts
