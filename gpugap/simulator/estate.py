@@ -2,11 +2,11 @@
 
 A *device* is the unit that is sampled and allocated: a whole GPU, or one MIG slice of a
 partitioned GPU (the unit Kubernetes hands out as ``nvidia.com/mig-<profile>``). GPU-seconds
-count physical GPU-equivalents (docs/architecture.md): a second of a MIG slice counts its share of its
-GPU (compute slices over the model's: 1g.10gb of an A100 = 1/7, ``schemas.shares.mig_share``),
-and a partitioned GPU's capacity is one GPU, the share no slice covers unallocated (2 x 3g.40gb
-leave 1/7). A device-second of a slice is a slice-second, a device-level figure.
-"""
+count physical GPU-equivalents (docs/architecture.md): a second of a MIG slice counts its share
+of its GPU (compute slices over the model's: 1g.10gb of an A100 = 1/7,
+``schemas.shares.mig_share``), and a partitioned GPU's capacity is one GPU, the share no slice
+covers unallocated (2 x 3g.40gb leave 1/7). A device-second of a slice is a slice-second, a
+device-level figure."""
 
 from __future__ import annotations
 

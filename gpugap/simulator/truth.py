@@ -8,15 +8,15 @@ UTC minute wholly inside an allocation whose time-weighted activity is below the
 an idle episode is a run of at least ``idle_minutes`` such minutes on a GPU, and overlapping
 or adjacent runs on GPUs of the same allocation are one episode.
 
-GPU-seconds are GPU-equivalents (docs/architecture.md): a MIG slice counts its share of its physical GPU
-(``schemas.shares.mig_share``: 1g.10gb of an A100 = 1/7), in its allocated, consumed, idle and
-unattributed seconds; a partitioned GPU's capacity is one GPU, so the share no slice covers is
-unallocated capacity. Shares stay exact: each device's share is an integer weight over a common
-denominator (``Shares.scale``: 7 for A100/H100 slices, at most 28 = lcm(7, 4) with A30 ones),
-and every sum is an integer of thousandths x seconds x weight, divided once at the end.
-Device-level figures (``estate.devices``, ``totals.allocated_device_s``) count a slice as a
-device, unscaled. Time-limit padding stays GPUs x unused limit (requested GPUs, as Slurm's).
-"""
+GPU-seconds are GPU-equivalents (docs/architecture.md): a MIG slice counts its share of its
+physical GPU (``schemas.shares.mig_share``: 1g.10gb of an A100 = 1/7), in its allocated,
+consumed, idle and unattributed seconds; a partitioned GPU's capacity is one GPU, so the share
+no slice covers is unallocated capacity. Shares stay exact: each device's share is an integer
+weight over a common denominator (``Shares.scale``: 7 for A100/H100 slices, at most 28 = lcm(7,
+4) with A30 ones), and every sum is an integer of thousandths x seconds x weight, divided once
+at the end. Device-level figures (``estate.devices``, ``totals.allocated_device_s``) count a
+slice as a device, unscaled. Time-limit padding stays GPUs x unused limit (requested GPUs, as
+Slurm's)."""
 
 from __future__ import annotations
 
