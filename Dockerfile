@@ -18,6 +18,7 @@ WORKDIR /src
 # the package only (tests, benchmarks and local state stay out: .dockerignore)
 COPY pyproject.toml README.md ./
 COPY gpugap ./gpugap
+COPY groundfloor ./groundfloor
 COPY schemas ./schemas
 COPY producers ./producers
 COPY streams ./streams

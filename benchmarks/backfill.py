@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpugap.kafka.publish import Publisher
-from gpugap.settings import Settings
+from groundfloor.kafka.publish import Publisher
+from groundfloor.settings import Settings
 from producers import run_producer
 from producers.backfill.settings import BackfillSettings
 from producers.backfill.telemetry import PrometheusTelemetry

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 from benchmarks.report import settle
 from benchmarks.warehouse import START, VIEWS, load, view_latency
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 
 DATABASE = "gpugap_bench_bi"
 WARMUP = 1  # untimed runs of each view before the timed ones, per driver process

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 
 
 @contextmanager

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpugap.kafka.publish import Publisher
-from gpugap.settings import Settings
+from groundfloor.kafka.publish import Publisher
+from groundfloor.settings import Settings
 from producers.dcgm.producer import DcgmProducer
 from producers.dcgm.settings import DcgmSettings
 from schemas import Record, Topic, encode

@@ -405,7 +405,7 @@ def insert_throughput(
     import clickhouse_connect
 
     from benchmarks.warehouse import SYNTHETIC
-    from gpugap.settings import ClickHouseSettings
+    from groundfloor.settings import ClickHouseSettings
     from sinks.clickhouse.warehouse import client_options, connect, migrate
 
     settings = ClickHouseSettings(url=url, password=ADMIN_PW, database="bench")

@@ -29,7 +29,7 @@ from typing import Any
 
 from benchmarks.topics import preload
 from benchmarks.worker_inproc import Capture, Msg
-from gpugap.settings import KafkaSettings, ServicesSettings
+from groundfloor.settings import KafkaSettings, ServicesSettings
 from schemas import DeadLetter, GpuMinute, decode
 from schemas.topics import DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
 

@@ -24,7 +24,7 @@ from schemas.examples import node_samples
 from schemas.topics import SAMPLES
 
 if TYPE_CHECKING:
-    from gpugap.settings import KafkaSettings
+    from groundfloor.settings import KafkaSettings
 
 
 def _rate(n: int, fn: Callable[[], object], repeats: int) -> float:
@@ -79,7 +79,7 @@ async def _kafka_round(
     from aiokafka import AIOKafkaConsumer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from gpugap.kafka.publish import KafkaPublisher
+    from groundfloor.kafka.publish import KafkaPublisher
 
     topic = f"bench-{uuid.uuid4().hex[:8]}."
     admin = AIOKafkaAdminClient(**kafka.client_options())
@@ -171,7 +171,7 @@ class _broker:
 
     def __enter__(self) -> KafkaSettings:
         from gpugap.services.kafka import LocalKafka, broker_ready
-        from gpugap.settings import load
+        from groundfloor.settings import load
 
         settings = load()
         self.kafka: LocalKafka | None = None

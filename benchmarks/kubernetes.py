@@ -255,7 +255,7 @@ def measure(pods: int, burst: int) -> dict[str, float]:
     # the client's API modules load lazily and take seconds: imported before the clock starts
     from kubernetes.client import CoreV1Api, CustomObjectsApi  # noqa: F401
 
-    from gpugap.kafka.publish import JsonlPublisher
+    from groundfloor.kafka.publish import JsonlPublisher
     from producers import run_producer
     from producers.kubernetes.producer import KubernetesProducer
     from tests.k8s_api import write_kubeconfig

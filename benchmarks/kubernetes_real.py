@@ -142,7 +142,7 @@ def measure_real(pods: int, burst: int, kube: Any, root: Path) -> dict[str, floa
     from kubernetes.client import CoreV1Api, CustomObjectsApi  # noqa: F401
 
     from benchmarks.kubernetes import _wait
-    from gpugap.kafka.publish import JsonlPublisher
+    from groundfloor.kafka.publish import JsonlPublisher
     from producers import run_producer
     from producers.kubernetes.producer import KubernetesProducer
     from tests.k8s_run import settings_for

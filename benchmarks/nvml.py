@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pynvml
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.nvml.producer import NvmlProducer
 from producers.nvml.sampler import NvmlSampler
 from producers.nvml.settings import NvmlSettings
@@ -35,8 +35,8 @@ TARGET_MS = 5.0
 #: 30 ticks at 1 s into JSON lines; prints its peak RSS and CPU seconds
 _AGENT = """
 import asyncio, resource, aiokafka, grpc
-from gpugap.kafka.publish import JsonlPublisher
-from gpugap.settings import Settings
+from groundfloor.kafka.publish import JsonlPublisher
+from groundfloor.settings import Settings
 from producers.nvml.settings import NvmlSettings
 from producers import run_producer
 from producers.nvml.producer import NvmlProducer

@@ -19,11 +19,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher, Publisher
-from gpugap.settings import KafkaSettings
 from gpugap.simulator import build
 from gpugap.simulator import scenario as S
 from gpugap.simulator.emit import Emitter, Stats
+from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher, Publisher
+from groundfloor.settings import KafkaSettings
 from schemas import Record, Topic
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS
 

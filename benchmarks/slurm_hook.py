@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=1, help="jobs in flight at once")
     args = p.parse_args(argv)
     from gpugap.services.kafka import LocalKafka
-    from gpugap.settings import ServicesSettings
+    from groundfloor.settings import ServicesSettings
 
     root = Path(tempfile.mkdtemp(prefix="gpugap-slurm-bench-"))
     root.chmod(0o755)

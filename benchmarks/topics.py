@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from benchmarks.worker_inproc import Msg
-from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings
 from schemas import TOPICS
 
 

@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from sinks.clickhouse.sink import DAILY, ROLLUP
 from sinks.clickhouse.warehouse import client_options, connect, migrations
 

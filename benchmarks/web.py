@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 
 DATABASE = "gpugap_bench_web"
 READER_PASSWORD = "bench-reader"  # the endpoint's read-only user, which the page queries as

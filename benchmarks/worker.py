@@ -33,7 +33,7 @@ from benchmarks import worker_profile as bench_profile
 from benchmarks.topics import preload
 from benchmarks.worker_inproc import Rate, bench_core, bench_decode, decoded, estate
 from gpugap.services.kafka import free_port
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from schemas.topics import SAMPLES
 
 
@@ -170,7 +170,7 @@ def bench_throughput(
     samples: int, repeats: int, engines: Sequence[str], profile: Path | None = None
 ) -> list[str]:
     from gpugap.services.kafka import LocalKafka
-    from gpugap.settings import ServicesSettings
+    from groundfloor.settings import ServicesSettings
 
     messages, what = estate(samples)
     good = decoded(messages)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpugap.kafka.publish import Publisher, event_time_ms
+from groundfloor.kafka.publish import Publisher, event_time_ms
 from schemas import NodeSample, Record, Topic, by_name, decode, encode
 from schemas.errors import InvalidRecord
 from schemas.topics import SAMPLES

@@ -35,9 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.worker import metrics, stop
-from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import free_port
-from gpugap.settings import ClickHouseSettings, KafkaSettings
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import TOPICS, GpuSample, NodeSample, SlurmJobEvent, decode
 from schemas.models import NodeGpus
 from schemas.topics import ALERTS, SAMPLES, SLURM_JOBS
@@ -319,7 +319,7 @@ def bench_latency(
     from benchmarks.topics import create_topics
     from gpugap.services.clickhouse.process import EmbeddedClickHouse
     from gpugap.services.kafka import LocalKafka
-    from gpugap.settings import ServicesSettings
+    from groundfloor.settings import ServicesSettings
     from sinks.clickhouse.warehouse import migrate
 
     with tempfile.TemporaryDirectory(prefix="gpugap-bench-latency-") as tmp:

@@ -41,7 +41,7 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
             )
         ),
     ),
-    ("Kafka client (fetch, produce)", ("aiokafka/", "gpugap/kafka/publish.py")),
+    ("Kafka client (fetch, produce)", ("aiokafka/", "groundfloor/kafka/publish.py")),
     ("Faust (streams, events)", ("faust/", "mode/")),
     ("asyncio event loop", ("asyncio/",)),
 ]

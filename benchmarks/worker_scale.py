@@ -26,9 +26,9 @@ from typing import Any
 from benchmarks.topics import create_topics
 from benchmarks.worker import metrics, run_passthrough, stop
 from benchmarks.worker_inproc import decoded, estate
-from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import free_port
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings
 from schemas import TOPICS
 from schemas.topics import SAMPLES
 
@@ -88,7 +88,7 @@ def run_group(
 
 def main(samples: int = 100_000, repeats: int = 3) -> int:
     from gpugap.services.kafka import LocalKafka
-    from gpugap.settings import ServicesSettings
+    from groundfloor.settings import ServicesSettings
 
     messages, what = estate(samples)
     expected = len(decoded(messages))

@@ -1,3 +1,5 @@
 """gpugap: allocated vs consumed GPU-hours across Slurm and Kubernetes."""
 
-__version__ = "0.1.0"
+from groundfloor import __version__
+
+__all__ = ["__version__"]

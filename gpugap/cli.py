@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpugap import __version__
-from gpugap.plugin import LOCAL_MODULES, missing_extra, require
+from groundfloor.plugin import LOCAL_MODULES, missing_extra, require
 from schemas.errors import ConfigError, FatalError, GpugapError
 
 if TYPE_CHECKING:
-    from gpugap.settings import Settings
+    from groundfloor.settings import Settings
 
 
 def _settings() -> Settings:
-    from gpugap.settings import load
+    from groundfloor.settings import load
 
     settings = load()
     logging.getLogger().setLevel(settings.log_level)
@@ -145,9 +145,9 @@ def _sink(args: argparse.Namespace) -> int:
 def _run_sinks(settings: Settings, sinks: Sequence[Any], kind: str) -> None:
     """Run sinks until SIGTERM/SIGINT, one consumer group each (``gpugap-<kind>-<name>``: a
     slow or broken one never holds back another), sharing one dead-letter publisher."""
-    from gpugap.kafka.consume import DeadLetters
-    from gpugap.kafka.publish import KafkaPublisher
-    from gpugap.kafka.trust import ClusterTrust
+    from groundfloor.kafka.consume import DeadLetters
+    from groundfloor.kafka.publish import KafkaPublisher
+    from groundfloor.kafka.trust import ClusterTrust
 
     trust = ClusterTrust.from_settings(settings.kafka)  # docs/kafka-trust.md
 
@@ -201,7 +201,7 @@ def _produce(args: argparse.Namespace) -> int:
     cfg = spec.config(args)
     producer_cls = spec.load()
     settings = _settings()
-    from gpugap.kafka.publish import open_publisher
+    from groundfloor.kafka.publish import open_publisher
     from producers import run_producer
 
     producer = producer_cls(settings) if cfg is None else producer_cls(settings, cfg)
@@ -222,7 +222,7 @@ def _plugin_commands(
     kind: str,
 ) -> None:
     """One subcommand per registered plugin of ``kind``, with the common flags and its own."""
-    from gpugap.plugin import lookup
+    from groundfloor.plugin import lookup
 
     for name in registry:
         spec = lookup(registry, name, "part")
@@ -304,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one block per c
         "shard behind Distributed ones, ON CLUSTER), for a person to apply",
     )
 
-    from gpugap.plugin import lookup
+    from groundfloor.plugin import lookup
     from producers import REGISTRY as PRODUCERS
     from sinks import REGISTRY as SINKS
 

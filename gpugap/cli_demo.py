@@ -54,7 +54,7 @@ def register(sub: Any, cmd: Any) -> None:
 
 
 def _demo_cmd(args: Any) -> int:
-    from gpugap.plugin import require
+    from groundfloor.plugin import require
 
     engine = ("faust",) if args.engine == "faust" else ()
     require("gpugap demo", "all", (*engine, "chdb", "aiohttp", "clickhouse_connect"))

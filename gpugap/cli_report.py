@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from schemas.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gpugap.settings import ClickHouseSettings
+    from groundfloor.settings import ClickHouseSettings
 
 Cmd = Callable[..., argparse.ArgumentParser]
 _DIMENSIONS = "class, scheduler, team, cluster, allocation"
@@ -90,10 +90,10 @@ def _clickhouse_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> ClickHouseSettings:
-    from gpugap.plugin import require
+    from groundfloor.plugin import require
 
     require(f"gpugap {args.command}", "clickhouse", ("clickhouse_connect",))
-    from gpugap.settings import load
+    from groundfloor.settings import load
     from sinks.clickhouse.warehouse import client_options
 
     settings = load().clickhouse
@@ -150,7 +150,7 @@ def _digest(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from gpugap.digest import send_digests
-    from gpugap.settings import load
+    from groundfloor.settings import load
 
     ch = _settings(args)
     settings = load()

@@ -98,9 +98,9 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from gpugap.kafka.publish import open_publisher
-    from gpugap.settings import load
     from gpugap.simulator.simulator import Simulator, truth_path_for
+    from groundfloor.kafka.publish import open_publisher
+    from groundfloor.settings import load
     from producers.base import run_producer
 
     settings = load()
@@ -124,7 +124,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from gpugap.settings import load
+    from groundfloor.settings import load
     from producers.replay.record import record
 
     counts = asyncio.run(
@@ -136,8 +136,8 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from gpugap.kafka.publish import open_publisher
-    from gpugap.settings import load
+    from groundfloor.kafka.publish import open_publisher
+    from groundfloor.settings import load
     from producers.base import run_producer
     from producers.replay.producer import Replay
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from gpugap.demo_watch import against_truth, create_topics, worker_metrics
 from gpugap.services.kafka import free_port
-from gpugap.settings import ClickHouseSettings, KafkaSettings, load
+from groundfloor.settings import ClickHouseSettings, KafkaSettings, load
 from schemas.errors import ConfigError, ServiceError
 
 PREFIX = "demo."
@@ -70,7 +70,7 @@ class Demo:
         if self.opts.kafka:
             return self.opts.kafka
         from gpugap.services.kafka import LocalKafka
-        from gpugap.settings import ServicesSettings
+        from groundfloor.settings import ServicesSettings
 
         self._say("starting Kafka (KRaft, local broker; the first run downloads its jars)")
         self.kafka_service = LocalKafka.ephemeral(ServicesSettings(), state / "kafka")

@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 
 
 @dataclass(frozen=True)

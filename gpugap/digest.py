@@ -18,7 +18,7 @@ from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Any
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from schemas.errors import ConfigError
 
 #: the day's allocations with the most gap, per owner
@@ -107,9 +107,7 @@ def send_digests(
 
     cfg = EmailSettings()
     if not cfg.owner_domain:
-        raise ConfigError(
-            "GPUGAP_EMAIL_OWNER_DOMAIN is not set: the digest mails <owner>@<domain>"
-        )
+        raise ConfigError("GPUGAP_EMAIL_OWNER_DOMAIN is not set: the digest mails <owner>@<domain>")
     target = EmailTarget(cfg, settings.kafka) if not dry_run else None
     by_owner: dict[str, list[Row]] = {}
     for row in fetch(settings.clickhouse, day, top, min_gap_gpu_h):

@@ -11,7 +11,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (see __ge
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpugap.plugin import Plugin
+    from groundfloor.plugin import Plugin
 
     from .base import Producer, run_producer
 
@@ -38,7 +38,7 @@ def __getattr__(name: str) -> Any:
 
 def plugin(name: str) -> Plugin:
     """The declaration of producer NAME (ConfigError naming the known ones if none)."""
-    from gpugap.plugin import lookup
+    from groundfloor.plugin import lookup
 
     return lookup(REGISTRY, name, "producer")
 

@@ -13,8 +13,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from gpugap.kafka.publish import Publisher
-from gpugap.settings import Settings
+from groundfloor.kafka.publish import Publisher
+from groundfloor.settings import Settings
 from schemas import Record, Topic
 
 log = logging.getLogger(__name__)

@@ -422,6 +422,11 @@ class Alert(Record):
     policy: IdlePolicy | None = Field(default=None, description="idle GPUs: the policy applied")
 
 
+def episode_start(alert: Alert) -> str:
+    """When an idle episode began: the last part of its alert id (``idle_gpu/.../<start>``)."""
+    return alert.alert_id.rsplit("/", 1)[1]
+
+
 class AlertDelivery(Record):
     """One alert state sent to one notification target: the audit trail, and the ledger a
     restarted notifier reads so that nothing is sent twice to a direct target."""

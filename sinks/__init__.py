@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpugap.plugin import Plugin
+    from groundfloor.plugin import Plugin
 
 #: name -> "module:PLUGIN"
 REGISTRY: dict[str, str] = {
@@ -23,7 +23,7 @@ REGISTRY: dict[str, str] = {
 
 def plugin(name: str) -> Plugin:
     """The declaration of sink NAME (ConfigError naming the known ones if none)."""
-    from gpugap.plugin import lookup
+    from groundfloor.plugin import lookup
 
     return lookup(REGISTRY, name, "sink")
 

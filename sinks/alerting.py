@@ -28,8 +28,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
-from gpugap.kafka.consume import read_topic
-from gpugap.settings import KafkaSettings, Settings
+from groundfloor.kafka.consume import read_topic
+from groundfloor.settings import KafkaSettings, Settings
 from schemas import Alert, AlertDelivery, Record, utc_now
 from schemas.topics import ALERTS, DELIVERIES
 from schemas.types import AlertState, DeliveryOutcome

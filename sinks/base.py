@@ -16,8 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from gpugap.kafka.consume import DeadLetters, RawMessage, consume
-from gpugap.settings import KafkaSettings, Settings
+from groundfloor.kafka.consume import DeadLetters, RawMessage, consume
+from groundfloor.settings import KafkaSettings, Settings
 from schemas import Record, Topic
 from schemas.errors import InvalidRecord, RetriableError
 from schemas.types import DeadLetterKind

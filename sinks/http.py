@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import aiohttp
 from yarl import URL
 
-from gpugap import __version__
+from groundfloor import __version__
 from schemas.errors import ConfigError, RetriableError
 from sinks.alerting import AlertTarget, Refused
 from sinks.message import clean

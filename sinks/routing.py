@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from gpugap.settings import CommaList, comma_list
+from groundfloor.settings import CommaList, comma_list
 from schemas import Alert
 
 

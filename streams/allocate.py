@@ -10,13 +10,13 @@ GPUs while others are still Pending. The alert opens at the event time the first
 incomplete gang binds, and resolves when every pod is bound or none holds GPUs any more
 (the gang was deleted or finished). State is a plain JSON-able dict keyed by gang.
 
-Workload classes: the class an event carries wins, else gpugap.classify's built-in rules
+Workload classes: the class an event carries wins, else groundfloor.classify's built-in rules
 (configured rules are the Kubernetes producer's: it publishes the class they give).
 """
 
 from __future__ import annotations
 
-from gpugap.classify import Owner, classify_pod, classify_slurm
+from groundfloor.classify import Owner, classify_pod, classify_slurm
 from schemas.clock import HOUR_MS, HOUR_S, MINUTE_MS, SECOND_MS, at, ms, parse_utc
 from schemas.models import Alert, AllocationEvent, K8sPodEvent, SlurmJobEvent
 from schemas.types import (

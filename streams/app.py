@@ -20,7 +20,7 @@ from typing import Any
 
 import faust
 
-from gpugap.settings import KafkaSettings, Settings
+from groundfloor.settings import KafkaSettings, Settings
 from schemas.errors import FatalError
 from schemas.topics import SAMPLES
 from streams.faust_runner import AppOptions, Runner, episodes_topic, state_topic
@@ -158,8 +158,8 @@ def _prepare(kafka: KafkaSettings, group: str) -> int:
 
 
 async def _shards(kafka: KafkaSettings, group: str) -> int:
-    from gpugap.kafka.admin import ensure_topics, partition_counts, prepare
-    from gpugap.kafka.trust import ClusterTrust
+    from groundfloor.kafka.admin import ensure_topics, partition_counts, prepare
+    from groundfloor.kafka.trust import ClusterTrust
 
     app_id = f"{kafka.topic_prefix}{group}"
     trust = ClusterTrust.from_settings(kafka)
@@ -190,7 +190,7 @@ async def _shards(kafka: KafkaSettings, group: str) -> int:
 def __getattr__(name: str) -> Any:
     # ``faust -A streams.app worker``: the app from the environment, built on first access
     if name == "app":
-        from gpugap.settings import load
+        from groundfloor.settings import load
 
         global app
         from streams.core import CoreConfig, state_bounds

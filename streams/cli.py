@@ -113,8 +113,8 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from gpugap.plugin import require
-    from gpugap.settings import load
+    from groundfloor.plugin import require
+    from groundfloor.settings import load
 
     if args.engine == "faust":  # the asyncio engine needs only the core
         require("gpugap worker", "worker", ("faust",))
@@ -211,7 +211,7 @@ def idle_config(idle: Any, threshold: float | None = None, minutes: int | None =
 async def _asyncio_worker(
     settings: Any, args: argparse.Namespace, config: Any, web: tuple[str, int] | None
 ) -> Any:
-    from gpugap.kafka.publish import KafkaPublisher
+    from groundfloor.kafka.publish import KafkaPublisher
     from streams.worker import Worker, serve_http
 
     async with KafkaPublisher(settings.kafka) as pub:

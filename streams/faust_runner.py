@@ -23,11 +23,11 @@ from typing import Any
 
 import faust
 
-from gpugap.kafka.admin import partition_counts
-from gpugap.kafka.consume import RawMessage, read_latest
-from gpugap.kafka.publish import KafkaPublisher
-from gpugap.kafka.trust import ClusterTrust
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.admin import partition_counts
+from groundfloor.kafka.consume import RawMessage, read_latest
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.kafka.trust import ClusterTrust
+from groundfloor.settings import KafkaSettings
 from schemas.topics import SAMPLES
 from streams.checkpoint import Points, resume_offset, start_offset
 from streams.core import CoreConfig

@@ -37,9 +37,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gpugap.kafka.consume import DeadLetters, RawMessage
-from gpugap.kafka.publish import Publisher
-from gpugap.kafka.trust import ClusterTrust
+from groundfloor.kafka.consume import DeadLetters, RawMessage
+from groundfloor.kafka.publish import Publisher
+from groundfloor.kafka.trust import ClusterTrust
 from schemas import Alert, K8sPodEvent, NodeSample, Record, SlurmJobEvent, decode, encode
 from schemas.clock import SECOND_MS, ms
 from schemas.errors import FatalError

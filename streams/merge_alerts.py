@@ -21,17 +21,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from schemas.clock import MINUTE_S, ms, parse_utc
-from schemas.models import Alert
+from schemas.models import Alert, episode_start
 from schemas.types import AlertKind, AlertState, format_utc
 from streams.state import Merged
 
 #: resolved episodes kept per allocation, and for how long (event time) past their end
 DONE_KEPT = 4
 DONE_KEPT_MS = 24 * 3600 * 1000
-
-
-def episode_start(alert: Alert) -> str:
-    return alert.alert_id.rsplit("/", 1)[1]
 
 
 class AlertMerger:

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiokafka.partitioner import murmur2
 
-from gpugap.kafka.consume import RawMessage
+from groundfloor.kafka.consume import RawMessage
 from streams.checkpoint import Points, already_taken, keep_restored, restore_shard, shard_records
 from streams.core import CoreConfig
 from streams.process import Held, Processor

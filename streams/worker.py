@@ -18,11 +18,11 @@ import logging
 import time
 from typing import Any
 
-from gpugap.kafka.admin import ensure_topics, wait_for_coordinator
-from gpugap.kafka.consume import RawMessage, read_latest
-from gpugap.kafka.publish import Publisher
-from gpugap.kafka.trust import ClusterTrust
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.admin import ensure_topics, wait_for_coordinator
+from groundfloor.kafka.consume import RawMessage, read_latest
+from groundfloor.kafka.publish import Publisher
+from groundfloor.kafka.trust import ClusterTrust
+from groundfloor.settings import KafkaSettings
 from schemas.errors import RetriableError
 from schemas.topics import SAMPLES
 from streams.checkpoint import Points, start_offset

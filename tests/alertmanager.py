@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugap.services.kafka import free_port
-from gpugap.settings import ServicesSettings
+from groundfloor.settings import ServicesSettings
 from tests.prom_process import PromProcess
 
 VERSION = "0.35.0"

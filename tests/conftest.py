@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pytest
 
 from gpugap.services.kafka import LocalKafka, broker_ready
-from gpugap.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
+from groundfloor.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
 from schemas import Record, Topic, decode
 from schemas.errors import GpugapError
 

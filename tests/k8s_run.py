@@ -9,8 +9,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpugap.kafka.publish import JsonlPublisher, Publisher
-from gpugap.settings import Settings
+from groundfloor.kafka.publish import JsonlPublisher, Publisher
+from groundfloor.settings import Settings
 from producers import run_producer
 from producers.kubernetes.producer import KubernetesProducer
 from producers.kubernetes.settings import KubernetesSettings

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpugap.services.kafka import LocalKafka, free_port, jar_dir
-from gpugap.settings import KafkaSettings, ServicesSettings
+from groundfloor.settings import KafkaSettings, ServicesSettings
 from schemas.errors import ServiceError
 
 MECHANISM = "SCRAM-SHA-512"

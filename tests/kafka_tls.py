@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpugap.services.kafka import LocalKafka, free_port
-from gpugap.settings import KafkaSettings, ServicesSettings
+from groundfloor.settings import KafkaSettings, ServicesSettings
 from schemas.errors import ServiceError
 
 CA_CONFIG = """[req]

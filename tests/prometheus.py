@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpugap.settings import ServicesSettings
+from groundfloor.settings import ServicesSettings
 from tests.prom_process import PromProcess
 
 VERSION = "0.316.0"

@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings
 
 import producers
 from gpugap.cli import build_parser
-from gpugap.settings import Settings, load
+from groundfloor.settings import Settings, load
 
 ROOT = Path(__file__).parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

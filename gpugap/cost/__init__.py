@@ -2,4 +2,4 @@
 of migration 008 beside the GPU-hours, never mixed into them; the report's cost section
 (``report``) and ``gpugap cost`` (``cli``). See docs/cost.md.
 
-Nothing is imported here: the sink imports ``gpugap.cost.card`` alone (no report code)."""
+Nothing is imported here: the sink imports ``groundfloor.ratecard`` alone (no report code)."""

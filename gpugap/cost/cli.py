@@ -36,7 +36,7 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _card(args: argparse.Namespace) -> tuple[Any, str]:
-    from gpugap.cost.card import CostSettings, configured_card
+    from groundfloor.ratecard import CostSettings, configured_card
 
     if args.file:
         settings = CostSettings(rate_card_file=Path(args.file))
@@ -52,7 +52,7 @@ def _card(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from gpugap.cost.card import RATE_COLUMNS, rate_rows, transfer_rate_rows
+    from groundfloor.ratecard import RATE_COLUMNS, rate_rows, transfer_rate_rows
 
     card, source = _card(args)
     now = datetime.now(UTC)
@@ -69,11 +69,11 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> int:
-    from gpugap.cost.card import write_rate_card
-    from gpugap.plugin import require
+    from groundfloor.plugin import require
+    from groundfloor.ratecard import write_rate_card
 
     require("gpugap cost load", "clickhouse", ("clickhouse_connect",))
-    from gpugap.settings import load
+    from groundfloor.settings import load
     from sinks.clickhouse.warehouse import as_gpugap_error, connect
 
     card, source = _card(args)

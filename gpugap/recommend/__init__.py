@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpugap.recommend.base import Window
-    from gpugap.settings import ClickHouseSettings
+    from groundfloor.settings import ClickHouseSettings
     from schemas.models import Recommendation
 
 __all__ = ["recommend_for"]

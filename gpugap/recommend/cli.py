@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from schemas.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gpugap.settings import ClickHouseSettings
+    from groundfloor.settings import ClickHouseSettings
     from schemas.models import Recommendation
 
 Cmd = Callable[..., argparse.ArgumentParser]
@@ -63,10 +63,10 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _settings(args: argparse.Namespace) -> ClickHouseSettings:
-    from gpugap.plugin import require
+    from groundfloor.plugin import require
 
     require("gpugap recommend", "clickhouse", ("clickhouse_connect",))
-    from gpugap.settings import load
+    from groundfloor.settings import load
     from sinks.clickhouse.warehouse import client_options
 
     settings = load().clickhouse
@@ -164,8 +164,8 @@ def publish(recs: list[Recommendation], out: str | None) -> int:
     predecessor in a compacted topic), for consumers downstream."""
     import asyncio
 
-    from gpugap.kafka.publish import open_publisher
-    from gpugap.settings import load
+    from groundfloor.kafka.publish import open_publisher
+    from groundfloor.settings import load
     from schemas.topics import RECOMMENDATIONS
 
     async def send() -> int:

@@ -17,8 +17,8 @@ from gpugap.report.models import DIMENSIONS, Report, report_schema
 from gpugap.report.queries import BY_COLUMN
 from gpugap.report.query import QueryError, open_client
 from gpugap.report.render import FORMATS, render
-from gpugap.settings import ClickHouseSettings
-from gpugap.timearg import parse_time, parse_window
+from groundfloor.settings import ClickHouseSettings
+from groundfloor.timearg import parse_time, parse_window
 
 __all__ = [
     "BY_COLUMN",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from schemas.errors import FatalError, RetriableError
 
 # readonly=2: no writes and no DDL, but settings may still be changed per query (clickhouse-

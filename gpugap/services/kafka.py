@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpugap.settings import KafkaSettings, ServicesSettings
+from groundfloor.settings import KafkaSettings, ServicesSettings
 from schemas.errors import ServiceError
 
 POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">

@@ -40,11 +40,11 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gpugap.settings import Settings
 from gpugap.simulator import build
 from gpugap.simulator import scenario as S
 from gpugap.simulator.emit import Emitter, Stats
 from gpugap.simulator.truth import compute
+from groundfloor.settings import Settings
 from producers.base import Producer
 from schemas import Topic
 from schemas.topics import SAMPLES

@@ -33,11 +33,11 @@ def register(sub: Any, cmd: Any) -> None:
 
 
 def _web(args: argparse.Namespace) -> int:
-    from gpugap.plugin import require
+    from groundfloor.plugin import require
 
     require("gpugap web", "clickhouse,local", ("aiohttp", "clickhouse_connect"))
-    from gpugap.settings import load
     from gpugap.web.server import serve
+    from groundfloor.settings import load
     from sinks.clickhouse.warehouse import client_options
 
     if not 0 <= args.port <= 65535:

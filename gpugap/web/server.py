@@ -28,9 +28,9 @@ from typing import Any
 
 from aiohttp import web
 
-from gpugap.settings import ClickHouseSettings
 from gpugap.web import DEFAULT_PORT, api, params
 from gpugap.web.queries import Query
+from groundfloor.settings import ClickHouseSettings
 from schemas.errors import GpugapError, RetriableError
 
 log = logging.getLogger("gpugap.web")

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpugap.timearg import HELP, parse_time
+from groundfloor.timearg import HELP, parse_time
 from schemas.errors import ConfigError
 
 Cmd = Callable[..., argparse.ArgumentParser]
@@ -61,8 +61,8 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _backfill(args: argparse.Namespace) -> int:
-    from gpugap.kafka.publish import open_publisher
-    from gpugap.settings import load
+    from groundfloor.kafka.publish import open_publisher
+    from groundfloor.settings import load
     from producers import run_producer
 
     from .plugin import SOURCES

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpugap.classify import CLASS_LABEL, GANG_LABEL, GANG_SIZE_LABEL
+from groundfloor.classify import CLASS_LABEL, GANG_LABEL, GANG_SIZE_LABEL
 
 #: our name -> the series; values at a step are per pod uid
 SERIES = {
@@ -60,7 +60,7 @@ GROUPS = {
     "Job": "batch/v1",
     "CronJob": "batch/v1",
 }
-#: gang keys gpugap.classify.gang_of reads
+#: gang keys groundfloor.classify.gang_of reads
 GANG_KEYS = (
     GANG_LABEL,
     GANG_SIZE_LABEL,

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.kubernetes.owners import OwnerResolver
 from producers.kubernetes.producer import make_enricher
 from producers.kubernetes.resources import GpuRule

@@ -4,7 +4,7 @@ Like ``producers.REGISTRY``: only these declarations are imported to build the c
 a source's code and its libraries are imported when it runs.
 """
 
-from gpugap.plugin import Option, Plugin
+from groundfloor.plugin import Option, Plugin
 
 from .settings import BackfillSettings, SlurmBackfillSettings
 

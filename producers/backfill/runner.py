@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.base import Producer
 from schemas import Record, Topic
 

@@ -13,7 +13,7 @@ from typing import ClassVar, Self
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
-from gpugap.settings import env_config, read_secret
+from groundfloor.settings import env_config, read_secret
 
 #: Prometheus refuses a query_range answer of more points than this per series
 PROMETHEUS_POINTS_LIMIT = 11_000

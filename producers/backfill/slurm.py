@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.slurm import sources
 from producers.slurm.event import JobInfo, job_event
 from producers.slurm.fields import SACCT_FIELDS, ParseError

@@ -22,7 +22,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.dcgm.parse import FIELDS, ScrapeError, node_samples
 from schemas import DeadLetter, Topic, utc_now
 from schemas.topics import DEAD_LETTER, SAMPLES

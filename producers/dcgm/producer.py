@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.base import Producer
 from producers.dcgm.parse import ScrapeError, parse_scrape
 from producers.dcgm.settings import DcgmSettings

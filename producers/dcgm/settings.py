@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from gpugap.settings import CommaList, comma_list, env_config
+from groundfloor.settings import CommaList, comma_list, env_config
 
 
 class DcgmSettings(BaseSettings):

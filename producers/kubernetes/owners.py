@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from gpugap.classify import Owner
+from groundfloor.classify import Owner
 from producers.kubernetes.bounds import str_map
 from producers.kubernetes.resources import GpuRule
 from producers.kubernetes.settings import KubernetesSettings
@@ -45,7 +45,7 @@ RESOLVABLE: dict[tuple[str, str], str] = {
     ("serving.kserve.io", "InferenceService"): "inferenceservices",
 }
 MAX_DEPTH = 6
-#: what gpugap.classify reads from an owner's labels and annotations besides the configured
+#: what groundfloor.classify reads from an owner's labels and annotations besides the configured
 #: owner, team and class keys (``owner_map_keys``): gang_of, a Kueue queue on a Job
 OWNER_RULE_KEYS = ("kueue.x-k8s.io/queue-name",)
 

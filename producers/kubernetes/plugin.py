@@ -1,6 +1,6 @@
 """``gpugap produce kubernetes``: declared here, built from ``producers.REGISTRY``."""
 
-from gpugap.plugin import Option, Plugin
+from groundfloor.plugin import Option, Plugin
 
 from .settings import KubernetesSettings
 

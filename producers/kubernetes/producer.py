@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from gpugap.classify import Owner, classify_pod, gang_of, owner_and_team
-from gpugap.settings import Settings
+from groundfloor.classify import Owner, classify_pod, gang_of, owner_and_team
+from groundfloor.settings import Settings
 from producers.base import Producer
 from producers.kubernetes.bounds import carried, str_map
 from producers.kubernetes.handoff import Handoff

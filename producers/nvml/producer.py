@@ -19,7 +19,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.base import Producer
 from producers.nvml.job_map import read_job_map
 from producers.nvml.pod_resources import PodResourcesClient, lookup, merge

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from gpugap.kafka.publish import event_time_ms
-from gpugap.settings import Settings
+from groundfloor.kafka.publish import event_time_ms
+from groundfloor.settings import Settings
 from producers.base import Producer
 from schemas import Record, Topic, by_name, decode, encode
 from schemas.errors import FatalError, InvalidRecord

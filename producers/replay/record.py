@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import IO, Any
 
-from gpugap.kafka.admin import ensure_topics
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.admin import ensure_topics
+from groundfloor.settings import KafkaSettings
 from schemas import Topic, by_name, decode, encode
 from schemas.errors import ConfigError, InvalidRecord
 

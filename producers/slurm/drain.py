@@ -25,8 +25,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from gpugap.kafka.consume import DeadLetters, RawMessage
-from gpugap.kafka.publish import KafkaPublisher, Publisher
+from groundfloor.kafka.consume import DeadLetters, RawMessage
+from groundfloor.kafka.publish import KafkaPublisher, Publisher
 from producers.slurm import spool
 from producers.slurm.event import encode
 from schemas import by_name, decode
@@ -94,7 +94,7 @@ async def drain_once(
 
 
 async def _run(root: Path, follow: bool, interval: float, by_topic: Counter[str]) -> int:
-    from gpugap.settings import load
+    from groundfloor.settings import load
 
     settings = load()
     total = 0

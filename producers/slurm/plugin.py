@@ -1,7 +1,7 @@
 """``gpugap produce slurm``: declared here, built from ``producers.REGISTRY``. (The hook,
 ``gpugap slurm-hook``, is its own command: slurmctld runs it, see ``cli.py``.)"""
 
-from gpugap.plugin import Option, Plugin
+from groundfloor.plugin import Option, Plugin
 
 from .settings import SlurmSettings
 

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.base import Producer
 from producers.slurm import sources
 from producers.slurm.event import ACTIVE_STATES, JobInfo, event_id, events_for, job_event
@@ -298,7 +298,7 @@ class SlurmProducer(Producer):
         root = self.slurm.spool_dir
         if not self.slurm.drain_spool or not (root / "events").is_dir():
             return
-        from gpugap.kafka.consume import DeadLetters
+        from groundfloor.kafka.consume import DeadLetters
         from producers.slurm.drain import drain_once
 
         assert self.publisher is not None

@@ -26,7 +26,7 @@ from typing import IO, Any, ClassVar
 
 from pydantic import ValidationError
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.base import Producer
 from schemas import Topic
 from schemas.errors import ConfigError

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from gpugap.settings import Settings
-from gpugap.timearg import parse_time
+from groundfloor.settings import Settings
+from groundfloor.timearg import parse_time
 from producers.base import Producer
 from producers.prometheus.http import PrometheusError, PrometheusHttp
 from schemas import Topic

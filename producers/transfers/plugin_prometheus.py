@@ -1,6 +1,6 @@
 """``gpugap produce transfers-prometheus``: declared here, built from ``producers.REGISTRY``."""
 
-from gpugap.plugin import Option, Plugin
+from groundfloor.plugin import Option, Plugin
 
 from .prometheus_settings import TransfersPrometheusSettings
 

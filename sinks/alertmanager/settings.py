@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from gpugap.settings import CommaList, comma_list, env_config, read_secret
+from groundfloor.settings import CommaList, comma_list, env_config, read_secret
 from sinks.routing import TargetSettings
 
 

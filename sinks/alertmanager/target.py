@@ -28,14 +28,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, urlsplit
 
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from schemas import Alert, AlertDelivery, Record, utc_now
 from schemas.clock import parse_utc
 from schemas.errors import ConfigError, RetriableError
+from schemas.models import episode_start
 from schemas.types import AlertKind, AlertState, format_utc
 from sinks.alerting import AlertTarget, Refused
 from sinks.alertmanager.settings import AlertmanagerSettings
-from streams.merge_alerts import episode_start
 
 if TYPE_CHECKING:
     import aiohttp

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from gpugap.sqllex import mask
+from groundfloor.sqllex import mask
 from sinks.clickhouse.warehouse import Migration
 
 _CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.IGNORECASE)

@@ -1,7 +1,7 @@
 """``gpugap sink clickhouse``: declared here, built from ``sinks.REGISTRY``. Its settings are
 the shared ``GPUGAP_CLICKHOUSE_*`` (the report and the endpoint read them too)."""
 
-from gpugap.plugin import Plugin
+from groundfloor.plugin import Plugin
 
 PLUGIN = Plugin(
     name="clickhouse",

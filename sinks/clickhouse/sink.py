@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpugap.cost.card import RateCard, configured_card, write_rate_card
-from gpugap.settings import ClickHouseSettings, Settings
+from groundfloor.ratecard import RateCard, configured_card, write_rate_card
+from groundfloor.settings import ClickHouseSettings, Settings
 from schemas import (
     Alert,
     AlertDelivery,

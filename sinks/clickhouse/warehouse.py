@@ -14,8 +14,8 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlparse
 
-from gpugap.settings import ClickHouseSettings
-from gpugap.sqllex import mask
+from groundfloor.settings import ClickHouseSettings
+from groundfloor.sqllex import mask
 from schemas.errors import ConfigError, RetriableError
 
 _RETRIABLE_CODES = {159, 202, 209, 210, 241, 242, 252, 319, 425, 999}

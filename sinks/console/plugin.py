@@ -1,7 +1,7 @@
 """``gpugap notify console``: declared here, built from ``sinks.REGISTRY``."""
 
-from gpugap.plugin import Plugin
-from gpugap.settings import env_config
+from groundfloor.plugin import Plugin
+from groundfloor.settings import env_config
 from sinks.routing import TargetSettings
 
 

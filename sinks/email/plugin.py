@@ -1,6 +1,6 @@
 """``gpugap notify email``: declared here, built from ``sinks.REGISTRY``."""
 
-from gpugap.plugin import Plugin
+from groundfloor.plugin import Plugin
 
 from .settings import EmailSettings
 

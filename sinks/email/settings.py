@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from gpugap.settings import CommaList, comma_list, env_config, read_secret
+from groundfloor.settings import CommaList, comma_list, env_config, read_secret
 from sinks.routing import TargetSettings
 
 
@@ -17,7 +17,8 @@ class EmailSettings(TargetSettings):
     host: str | None = Field(default=None, description="the SMTP server")
     port: int = Field(default=587, gt=0, lt=65536)
     security: str = Field(
-        default="starttls", pattern="^(starttls|tls|none)$",
+        default="starttls",
+        pattern="^(starttls|tls|none)$",
         description="starttls (port 587), tls (implicit, port 465) or none (a local relay)",
     )
     cafile: Path | None = Field(default=None, description="PEM CA bundle (default: system CAs)")

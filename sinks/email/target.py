@@ -39,7 +39,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, parseaddr
 from typing import Any
 
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from schemas import Alert
 from schemas.errors import ConfigError, RetriableError
 from schemas.types import AlertState
@@ -151,9 +151,7 @@ class EmailTarget(AlertTarget):
         msg["From"] = self.sender
         msg["To"] = ", ".join(header for header, _ in to)
         msg["Date"] = formatdate(usegmt=True)
-        msg["Message-ID"] = message_id(
-            alert.alert_id, alert.state, self.domain, alert.idle_minutes
-        )
+        msg["Message-ID"] = message_id(alert.alert_id, alert.state, self.domain, alert.idle_minutes)
         if alert.state is not AlertState.OPEN:  # the resolve and reminders thread under it
             opened = message_id(alert.alert_id, AlertState.OPEN, self.domain)
             msg["In-Reply-To"] = opened

@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import Field, SecretStr, model_validator
 
-from gpugap.settings import env_config, read_secret
+from groundfloor.settings import env_config, read_secret
 from sinks.routing import TargetSettings
 
 

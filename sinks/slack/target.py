@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from schemas import Alert
 from schemas.errors import ConfigError
 from sinks.http import HttpTarget, http_url, post

@@ -54,7 +54,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from schemas import Alert, encode
 from schemas.errors import ConfigError
 from schemas.types import AlertState
@@ -64,6 +64,8 @@ from .settings import WebhookSettings
 
 #: the envelope's version (see the module's documentation)
 VERSION = 1
+
+
 class WebhookTarget(HttpTarget):
     """Each alert's open and resolve as signed, versioned JSON (the module's documentation)."""
 

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from benchmarks.topics import create_topics
-from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
-from gpugap.settings import ClickHouseSettings, KafkaSettings, Settings
 from gpugap.simulator.simulator import Simulator
+from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
+from groundfloor.settings import ClickHouseSettings, KafkaSettings, Settings
 from producers.backfill.kube import KubeStateHistory
 from producers.backfill.runner import Backfill
 from producers.backfill.settings import BackfillSettings

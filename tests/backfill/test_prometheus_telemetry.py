@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpugap.kafka.publish import JsonlPublisher
-from gpugap.settings import Settings
+from groundfloor.kafka.publish import JsonlPublisher
+from groundfloor.settings import Settings
 from producers import run_producer
 from producers.backfill.settings import BackfillSettings
 from producers.backfill.telemetry import PrometheusTelemetry

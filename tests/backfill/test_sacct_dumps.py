@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers import run_producer
 from producers.backfill.plugin import SOURCES
 from producers.backfill.settings import SlurmBackfillSettings

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from tests.bi import drivers
 from tests.conftest import READER_PASSWORD
 

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.worker_inproc import Capture, Msg
-from gpugap.kafka.consume import RawMessage
-from gpugap.settings import ClickHouseSettings, IdleSettings
+from groundfloor.kafka.consume import RawMessage
+from groundfloor.settings import ClickHouseSettings, IdleSettings
 from schemas import Record, by_name, decode
 from schemas.errors import InvalidRecord
 from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from tests.bi import drivers, grafana
 from tests.bi.conftest import built, run_json
 from tests.conftest import READER_PASSWORD

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpugap.cost.card import RateCard
+from groundfloor.ratecard import RateCard
 from schemas.examples import gpu_uuid
 from schemas.models import GpuMinute, Record, Transfer
 

@@ -12,10 +12,10 @@ import jsonschema
 import pytest
 
 from gpugap.cli import main
-from gpugap.cost.card import RateCard
 from gpugap.cost.report import extend_schema
 from gpugap.report import report_schema
-from gpugap.settings import ClickHouseSettings
+from groundfloor.ratecard import RateCard
+from groundfloor.settings import ClickHouseSettings
 from producers.replay.producer import parse_line
 from producers.transfers.csv_import import BadRow, rows
 from producers.transfers.settings import TransfersCsvSettings

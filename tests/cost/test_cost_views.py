@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from sinks.clickhouse.sink import ClickHouseSink
 from sinks.clickhouse.warehouse import connect
 from tests.cost.estate import (
@@ -160,7 +160,7 @@ def test_transfers_bytes_and_cost_per_direction(clickhouse: ClickHouseSettings) 
 
 
 def test_a_new_card_replaces_the_old_one(clickhouse: ClickHouseSettings) -> None:
-    from gpugap.cost.card import RateCard, write_rate_card
+    from groundfloor.ratecard import RateCard, write_rate_card
 
     store(clickhouse)
     c = connect(clickhouse)

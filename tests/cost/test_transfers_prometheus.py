@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from gpugap.cost.card import RateCard
-from gpugap.kafka.publish import JsonlPublisher
-from gpugap.settings import ClickHouseSettings, Settings
+from groundfloor.kafka.publish import JsonlPublisher
+from groundfloor.ratecard import RateCard
+from groundfloor.settings import ClickHouseSettings, Settings
 from producers import plugin, run_producer
 from producers.transfers.node_exporter import TransfersPrometheus, chunks, grid, node_name
 from producers.transfers.prometheus_settings import TransfersPrometheusSettings

@@ -16,7 +16,7 @@ import pytest
 import producers
 import sinks
 from gpugap.cli import main
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from schemas import decode
 from schemas.examples import node_samples
 from schemas.topics import MINUTES, SAMPLES

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from sinks.clickhouse.warehouse import connect, migrate
 from tests.gpugap.report_data import store
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from schemas import Alert, GpuMinute, K8sPodEvent, NodeGpus, Record, SlurmJobEvent
 from schemas.examples import gpu_uuid
 from sinks.clickhouse.sink import ClickHouseSink

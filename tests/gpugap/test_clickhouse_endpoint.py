@@ -25,7 +25,7 @@ from pydantic import SecretStr
 
 from gpugap.services.clickhouse.process import EmbeddedClickHouse
 from gpugap.services.kafka import free_port
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from sinks.clickhouse.warehouse import client_options, connect
 from tests.conftest import READER_PASSWORD
 

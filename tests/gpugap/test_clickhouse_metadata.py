@@ -21,7 +21,7 @@ import requests
 from clickhouse_connect.driver.exceptions import DatabaseError
 from pydantic import SecretStr
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from sinks.clickhouse.warehouse import connect
 from tests.conftest import READER_PASSWORD
 

@@ -18,7 +18,7 @@ import requests
 from backports import zstd
 from clickhouse_cityhash.cityhash import CityHash128
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from sinks.clickhouse.warehouse import client_options, connect
 
 BLOCK_INFO = b"\x01\x00\x02\xff\xff\xff\xff\x00"

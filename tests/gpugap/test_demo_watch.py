@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gpugap.demo_watch import Watch, against_truth
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from tests.conftest import create_topics
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from schemas import Record
 from sinks.clickhouse.sink import ClickHouseSink
 from tests.sinks.receivers import Mail, SmtpServer, make_pki

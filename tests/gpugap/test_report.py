@@ -18,7 +18,7 @@ import pytest
 
 from gpugap.report import build_report, render, report_for, report_schema
 from gpugap.report.queries import window_parameters
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from sinks.clickhouse.warehouse import connect
 from tests.gpugap.report_data import T0
 

@@ -15,7 +15,7 @@ import pytest
 from gpugap.cli import main
 from gpugap.report import report_schema
 from gpugap.services.kafka import free_port
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 import pytest
 
 from gpugap.cli import main
-from gpugap.kafka.consume import DeadLetters
-from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import LocalKafka
-from gpugap.settings import KafkaSettings, ServicesSettings, Settings
+from groundfloor.kafka.consume import DeadLetters
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings, ServicesSettings, Settings
 from schemas import Record, Topic
 from schemas.errors import GpugapError
 from schemas.topics import ALERTS, ALLOCATIONS, DEAD_LETTER, MINUTES
@@ -225,7 +225,7 @@ def test_no_right_to_create_topics_is_one_warning(
 ) -> None:
     import aiokafka.admin
 
-    from gpugap.kafka import admin
+    from groundfloor.kafka import admin
 
     monkeypatch.setattr(aiokafka.admin, "AIOKafkaAdminClient", _Denied)
     monkeypatch.setattr(admin, "_settled", set())
@@ -234,7 +234,7 @@ def test_no_right_to_create_topics_is_one_warning(
         assert asyncio.run(admin.ensure_topics(settings, ["exists", "a", "b"])) == []
     # asked once, with the fallback defaults (no right to read the broker's either)
     assert _Denied.created == [[("a", 1, 3), ("b", 1, 3)]]
-    warnings = [r for r in caplog.records if r.name == "gpugap.kafka.admin"]
+    warnings = [r for r in caplog.records if r.name == "groundfloor.kafka.admin"]
     assert [r.levelname for r in warnings] == ["WARNING"]
     assert "they must exist" in warnings[0].getMessage()
     assert "a, b" in warnings[0].getMessage()

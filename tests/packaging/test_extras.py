@@ -27,7 +27,10 @@ def nvml_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("src")
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     for name in files:
         if (ROOT / name).is_file() and not name.startswith(("tests/", "benchmarks/", "docs/")):
@@ -108,7 +111,10 @@ def test_the_checkout_is_not_what_ran(nvml_venv: Path) -> None:
     code = "import producers, gpugap; print(producers.__file__); print(gpugap.__file__)"
     out = subprocess.run(
         [str(nvml_venv / "bin" / "python"), "-c", code],
-        capture_output=True, text=True, cwd=nvml_venv, check=True,
+        capture_output=True,
+        text=True,
+        cwd=nvml_venv,
+        check=True,
     ).stdout
     assert str(ROOT) not in out and "site-packages" in out
     assert sys.prefix != str(nvml_venv)

@@ -15,9 +15,9 @@ import pytest
 
 import producers
 from gpugap.cli import main
-from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
-from gpugap.plugin import Plugin
-from gpugap.settings import KafkaSettings, Settings, load
+from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
+from groundfloor.plugin import Plugin
+from groundfloor.settings import KafkaSettings, Settings, load
 from producers import Producer, run_producer
 from schemas import NodeSample, Record, Topic, decode
 from schemas.errors import ConfigError
@@ -63,8 +63,9 @@ def test_once_writes_one_tick_as_jsonl_in_the_replay_envelope(tmp_path: Path) ->
     assert decode(SAMPLES, json.dumps(rows[0]["value"])) == next(node_samples(1, nodes=2))
 
 
-TICKER = Plugin(name="ticker", help="two example samples a tick", extra="all",
-                target=f"{__name__}:Ticker")
+TICKER = Plugin(
+    name="ticker", help="two example samples a tick", extra="all", target=f"{__name__}:Ticker"
+)
 
 
 def test_cli_runs_a_registered_producer_once_to_stdout(
@@ -100,8 +101,8 @@ def test_stop_ends_the_loop_and_everything_sent_is_flushed(tmp_path: Path) -> No
 
 SIGNAL_SCRIPT = """
 import asyncio, sys
-from gpugap.kafka.publish import JsonlPublisher
-from gpugap.settings import load
+from groundfloor.kafka.publish import JsonlPublisher
+from groundfloor.settings import load
 from producers import run_producer
 from tests.producers.test_base import Ticker
 sent = asyncio.run(run_producer(Ticker(load()), JsonlPublisher(sys.argv[1])))

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
 from gpugap.services.kafka import free_port
-from gpugap.settings import KafkaSettings, Settings
+from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
+from groundfloor.settings import KafkaSettings, Settings
 from producers import plugin, run_producer
 from producers.dcgm.producer import DcgmProducer, endpoint_url
 from producers.dcgm.settings import DcgmSettings

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from gpugap.kafka.publish import JsonlPublisher
+from groundfloor.kafka.publish import JsonlPublisher
 from producers import run_producer
 from producers.kubernetes.bounds import LIMITS
 from producers.kubernetes.producer import KubernetesProducer

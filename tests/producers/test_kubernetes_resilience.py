@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings
 from schemas import K8sPodEvent, decode, utc_now
 from schemas.topics import K8S_PODS
 from tests.conftest import create_topics

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpugap.classify import (
+from groundfloor.classify import (
     ClassRule,
     Owner,
     classify_pod,

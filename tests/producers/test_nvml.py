@@ -13,8 +13,8 @@ import pynvml
 import pytest
 
 from gpugap.cli import main
-from gpugap.kafka.publish import JsonlPublisher, KafkaPublisher
-from gpugap.settings import KafkaSettings, Settings
+from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
+from groundfloor.settings import KafkaSettings, Settings
 from producers import plugin, run_producer
 from producers.nvml.producer import NvmlProducer
 from producers.nvml.settings import NvmlSettings

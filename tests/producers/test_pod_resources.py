@@ -16,7 +16,7 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from gpugap.settings import Settings
+from groundfloor.settings import Settings
 from producers.nvml.kubelet import api_pb2, api_pb2_grpc
 from producers.nvml.pod_resources import PodResourcesClient, attributions, device_uuid
 from producers.nvml.producer import NvmlProducer

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpugap.cli import main
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from schemas import decode, encode
 from schemas.examples import one_of_each
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, by_name

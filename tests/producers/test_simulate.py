@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
-from gpugap.kafka.publish import JsonlPublisher
-from gpugap.settings import load
 from gpugap.simulator import build
 from gpugap.simulator import scenario as S
 from gpugap.simulator.simulator import Simulator
 from gpugap.simulator.truth import compute
 from gpugap.simulator.wire import gpu_json
+from groundfloor.kafka.publish import JsonlPublisher
+from groundfloor.settings import load
 from producers.base import run_producer
 from schemas import GpuSample, decode, encode
 from schemas.errors import ConfigError, InvalidRecord

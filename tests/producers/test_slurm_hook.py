@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.kafka.consume import DeadLetters
-from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings, Settings
+from groundfloor.kafka.consume import DeadLetters
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings, Settings
 from producers import run_producer
 from producers.slurm import spool
 from producers.slurm.drain import drain_once
@@ -202,7 +202,14 @@ def test_cli_hook_is_fast_to_start(tmp_path: Path) -> None:
         check=True,
     )
     loaded = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
-    for heavy in ("pydantic", "aiokafka", "asyncio", "schemas", "gpugap.settings", "dataclasses"):
+    for heavy in (
+        "pydantic",
+        "aiokafka",
+        "asyncio",
+        "schemas",
+        "groundfloor.settings",
+        "dataclasses",
+    ):
         assert heavy not in loaded, heavy
     assert json.dumps  # (the hook itself needs only the standard library)
 

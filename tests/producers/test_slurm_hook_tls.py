@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from producers.slurm import spool
 from producers.slurm.hook import HookConfig
 from producers.slurm.hook_command import run

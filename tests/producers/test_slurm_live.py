@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings, Settings
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings, Settings
 from producers.slurm.parse import gres_indices
 from producers.slurm.producer import SlurmProducer
 from producers.slurm.settings import SlurmSettings

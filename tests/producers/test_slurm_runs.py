@@ -163,7 +163,7 @@ def test_the_poller_ends_the_run_it_saw_when_the_job_shows_requeued(
     """squeue shows run 0 running, then the job pending with restart count 1: run 0 ended.
     Its end comes from sacct; without slurmdbd, at the time Slurm requeued it (the submit
     time it reset), state REQUEUED. Run 1 starts later under its own ids."""
-    from gpugap.settings import Settings
+    from groundfloor.settings import Settings
     from producers.slurm.producer import SlurmProducer
     from producers.slurm.settings import SlurmSettings
     from tests.streams.helpers import Recording

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.kafka.consume import DeadLetters
-from gpugap.kafka.publish import JsonlPublisher
+from groundfloor.kafka.consume import DeadLetters
+from groundfloor.kafka.publish import JsonlPublisher
 from producers.slurm import spool
 from producers.slurm.drain import drain_once
 from producers.slurm.drain import main as drain_main

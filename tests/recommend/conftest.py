@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpugap.cost.card import validate_card, write_rate_card
-from gpugap.settings import ClickHouseSettings
+from groundfloor.ratecard import validate_card, write_rate_card
+from groundfloor.settings import ClickHouseSettings
 from schemas import Record
 from sinks.clickhouse.sink import ClickHouseSink
 from tests.recommend.scenario import RATE_CARD, records

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpugap.cli import main
-from gpugap.settings import ClickHouseSettings, KafkaSettings
+from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas.topics import RECOMMENDATIONS
 from sinks.clickhouse.warehouse import connect
 from tests.conftest import read_topic

@@ -9,7 +9,7 @@ import pytest
 
 from gpugap.recommend import base
 from gpugap.recommend.engine import compute, store
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from schemas.models import Recommendation
 from sinks.clickhouse.warehouse import connect
 from tests.recommend.scenario import (

@@ -31,7 +31,7 @@ from pydantic import SecretStr
 
 from gpugap.services.clickhouse.process import answers
 from gpugap.services.kafka import free_port
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from sinks.clickhouse.warehouse import connect
 from tests.security.conftest import (
     ADMIN,

@@ -26,9 +26,9 @@ from typing import Any
 from aiohttp import web
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from gpugap.kafka.consume import DeadLetters
-from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.consume import DeadLetters
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings
 from schemas import Alert, AlertDelivery, DeadLetter, decode
 from schemas.examples import gpu_uuid, one_of_each
 from schemas.topics import ALERTS, DEAD_LETTER, DELIVERIES

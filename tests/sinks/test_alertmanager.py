@@ -17,10 +17,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gpugap.kafka.consume import DeadLetters
-from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import free_port
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.consume import DeadLetters
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings
 from schemas import Alert, AlertDelivery, DeadLetter, utc_now
 from schemas.clock import parse_utc
 from schemas.errors import ConfigError, RetriableError

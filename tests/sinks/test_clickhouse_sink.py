@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.kafka.consume import DeadLetters
-from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.clickhouse.process import EmbeddedClickHouse
 from gpugap.services.kafka import free_port
-from gpugap.settings import ClickHouseSettings, KafkaSettings
+from groundfloor.kafka.consume import DeadLetters
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import TOPICS, DeadLetter
 from schemas.examples import gpu_uuid, one_of_each
 from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS

@@ -10,7 +10,7 @@ import pytest
 
 from gpugap.cli import main
 from gpugap.services.clickhouse.engine import Engine
-from gpugap.sqllex import mask
+from groundfloor.sqllex import mask
 from sinks.clickhouse.cluster import cluster_statements, for_cluster
 from sinks.clickhouse.warehouse import migrations
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpugap.cli import main
-from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings
 from schemas import Alert
 from schemas.examples import one_of_each
 from schemas.models import IdlePolicy

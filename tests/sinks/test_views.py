@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from schemas import Alert, AlertDelivery, GpuMinute, NodeGpus, Record, SlurmJobEvent
 from schemas.examples import gpu_uuid
 from sinks.clickhouse.sink import ClickHouseSink
@@ -127,9 +127,11 @@ def test_views_answer_the_capacity_questions(clickhouse: ClickHouseSettings) -> 
         assert hourly == [(6.0, pytest.approx(3 + 2 - 1 / 60))]
         top = q("SELECT allocation_id, gap_gpu_h FROM v_top_waste")
         assert [t[0] for t in top] == ["slurm/c/1", "slurm/c/2"]  # by absolute gap
-        meta = q("SELECT allocation_id, final_state, gpus_requested FROM v_allocations "
-                 "WHERE allocation_id IN (SELECT allocation_id FROM v_top_waste LIMIT 10) "
-                 "ORDER BY allocation_id")
+        meta = q(
+            "SELECT allocation_id, final_state, gpus_requested FROM v_allocations "
+            "WHERE allocation_id IN (SELECT allocation_id FROM v_top_waste LIMIT 10) "
+            "ORDER BY allocation_id"
+        )
         assert meta == [("slurm/c/1", "COMPLETED", 2), ("slurm/c/2", None, 1)]
         assert q("SELECT sum(unallocated_gpu_h), sum(unattributed_gpu_h) FROM v_unallocated") == [
             (2.0, pytest.approx(60 / 3600))
@@ -269,8 +271,14 @@ def test_deliveries_are_the_audit_trail_per_alert_and_target(
 
     def sent(a: Alert, target: str, outcome: str, m: int, code: int, *, detail: str = "") -> Record:
         return AlertDelivery(
-            alert_id=a.alert_id, state=a.state, target=target, outcome=outcome, code=code,
-            time=T0 + timedelta(minutes=m, seconds=2), detail=detail, alert=a,
+            alert_id=a.alert_id,
+            state=a.state,
+            target=target,
+            outcome=outcome,
+            code=code,
+            time=T0 + timedelta(minutes=m, seconds=2),
+            detail=detail,
+            alert=a,
         )
 
     rows = [

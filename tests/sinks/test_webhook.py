@@ -18,7 +18,7 @@ import pytest
 from pydantic import SecretStr
 
 from gpugap.services.kafka import free_port
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from schemas import encode
 from schemas.errors import ConfigError, RetriableError
 from sinks.alerting import Refused

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpugap.kafka.publish import Publisher
+from groundfloor.kafka.publish import Publisher
 from schemas import Record, Topic, decode
 from schemas.models import AllocationEvent, Attribution, GpuSample, NodeSample
 from schemas.types import ActivityMetric, LifecycleKind, SampleSource, Scheduler, WorkloadClass

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpugap.kafka.consume import RawMessage
+from groundfloor.kafka.consume import RawMessage
 from schemas import DeadLetter, GpuMinute, NodeSample, Record, decode, encode
 from schemas.errors import SchemaViolation
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, Topic

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from gpugap.kafka.consume import DeadLetters, RawMessage
-from gpugap.kafka.trust import ClusterTrust
-from gpugap.settings import KafkaSettings, load
+from groundfloor.kafka.consume import DeadLetters, RawMessage
+from groundfloor.kafka.trust import ClusterTrust
+from groundfloor.settings import KafkaSettings, load
 from schemas import DeadLetter, GpuMinute, NodeSample, Record, encode
 from schemas.errors import ConfigError, FatalError, GpugapError
 from schemas.models import AllocationEvent, GpuSample, SlurmJobEvent, Transfer
@@ -388,7 +388,7 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 async def _create_topics(admin: KafkaSettings, names: dict[str, int]) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from gpugap.kafka.admin import _wait_for_leaders, _wait_for_offsets
+    from groundfloor.kafka.admin import _wait_for_leaders, _wait_for_offsets
 
     client = AIOKafkaAdminClient(**admin.client_options())
     await client.start()
@@ -414,7 +414,7 @@ async def _delete_topics(admin: KafkaSettings, prefix: str) -> None:
 
 
 async def _send(kafka: KafkaSettings, topic: Topic[Any], records: list[Any]) -> None:
-    from gpugap.kafka.publish import KafkaPublisher
+    from groundfloor.kafka.publish import KafkaPublisher
 
     async with KafkaPublisher(kafka) as pub:
         for r in records:
@@ -429,7 +429,7 @@ def test_producers_write_their_own_topics_only_and_the_worker_refuses_a_forged_c
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import TopicAuthorizationFailedError
 
-    from gpugap.kafka.consume import read_topic
+    from groundfloor.kafka.consume import read_topic
 
     prefix = f"t{uuid.uuid4().hex[:10]}."
     admin = sasl_broker.settings("admin", topic_prefix=prefix)
@@ -478,7 +478,7 @@ def test_producers_write_their_own_topics_only_and_the_worker_refuses_a_forged_c
     worker = sasl_broker.settings("gpugap-worker", topic_prefix=prefix, cluster_topics=MAPPING)
     started = time.monotonic()
     if engine == "asyncio":
-        from gpugap.kafka.publish import KafkaPublisher
+        from groundfloor.kafka.publish import KafkaPublisher
         from streams.worker import Worker
 
         async def work() -> None:

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from benchmarks.topics import create_topics  # one partition each, kept forever: the
-from gpugap.kafka.consume import DeadLetters
-from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import free_port
-from gpugap.settings import ClickHouseSettings, KafkaSettings, Settings
 from gpugap.simulator.simulator import Simulator
+from groundfloor.kafka.consume import DeadLetters
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import ClickHouseSettings, KafkaSettings, Settings
 from producers.base import run_producer
 from schemas import TOPICS
 from sinks.clickhouse.sink import ClickHouseSink

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from benchmarks.worker_inproc import Capture
-from gpugap.kafka.consume import RawMessage
 from gpugap.simulator import S, build
 from gpugap.simulator.emit import Emitter
+from groundfloor.kafka.consume import RawMessage
 from schemas import GpuMinute, Record, by_name, decode, encode
 from schemas.errors import InvalidRecord
 from streams import window as W

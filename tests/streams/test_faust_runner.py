@@ -10,7 +10,7 @@ import faust
 import pytest
 from faust.types import TP
 
-from gpugap.settings import KafkaSettings
+from groundfloor.settings import KafkaSettings
 from schemas.topics import SAMPLES
 from streams.app import AppOptions
 from streams.faust_runner import Runner

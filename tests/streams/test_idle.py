@@ -184,7 +184,7 @@ def test_open_minutes_counts_seen_minutes_not_closed_and_none_after_a_flush() ->
 
 
 def test_the_workers_idle_policy_comes_from_the_idle_settings_and_its_flags() -> None:
-    from gpugap.settings import IdleSettings
+    from groundfloor.settings import IdleSettings
     from streams.cli import idle_config
 
     idle = IdleSettings(class_thresholds={"interactive": 0.2}, class_minutes={"batch": 30})

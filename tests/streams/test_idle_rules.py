@@ -80,7 +80,7 @@ def test_the_first_matching_rule_wins_and_what_it_leaves_unset_stays_the_classs(
 def test_rules_from_settings_are_checked_and_reach_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gpugap.settings import IdleRule, IdleSettings, load
+    from groundfloor.settings import IdleRule, IdleSettings, load
     from schemas.errors import ConfigError
     from streams.cli import idle_config
 

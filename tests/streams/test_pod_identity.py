@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from benchmarks.worker_inproc import Capture
-from gpugap.kafka.consume import RawMessage
+from groundfloor.kafka.consume import RawMessage
 from schemas import decode, encode
 from schemas.models import Alert, AllocationEvent, GpuMinute, K8sPodEvent, NodeSample
 from schemas.topics import ALERTS, K8S_PODS, MINUTES, SAMPLES
@@ -380,8 +380,8 @@ def test_both_worker_engines_tell_the_pods_apart(kafka: Any, engine: str) -> Non
     import os
 
     from benchmarks.topics import create_topics
-    from gpugap.kafka.consume import read_topic
-    from gpugap.kafka.publish import KafkaPublisher
+    from groundfloor.kafka.consume import read_topic
+    from groundfloor.kafka.publish import KafkaPublisher
     from schemas import TOPICS
     from streams.worker import Worker
 

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.topics import create_topics
 from gpugap.services.kafka import free_port
-from gpugap.settings import ClickHouseSettings, KafkaSettings
+from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import TOPICS
 from sinks.clickhouse.warehouse import connect
 from streams.join import partition_for

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.worker_inproc import Capture, Msg
-from gpugap.kafka.consume import RawMessage
+from groundfloor.kafka.consume import RawMessage
 from producers.slurm.wire import partition_for as wire_partition_for
 from schemas import decode
 from schemas.clock import ms

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gpugap.kafka.consume import RawMessage
-from gpugap.settings import WorkerSettings
+from groundfloor.kafka.consume import RawMessage
+from groundfloor.settings import WorkerSettings
 from schemas import encode
 from schemas.models import (
     AllocationEvent,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 from tests.conftest import READER_PASSWORD, unavailable
 
 CHROMIUM_ARGS = [

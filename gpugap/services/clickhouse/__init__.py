@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpugap.services.clickhouse.server import User
-from gpugap.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings
 
 
 def users_from(settings: ClickHouseSettings) -> Mapping[str, User]:

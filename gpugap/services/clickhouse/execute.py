@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gpugap import sqllex as q
 from gpugap.services.clickhouse import body, native, policy
 from gpugap.services.clickhouse.engine import (
     Connection,
@@ -21,6 +20,7 @@ from gpugap.services.clickhouse.engine import (
     literal,
 )
 from gpugap.services.clickhouse.limits import EndpointLimits
+from groundfloor import sqllex as q
 
 T = TypeVar("T")
 

@@ -268,7 +268,7 @@ def serve(
     """Run until SIGTERM/SIGINT; then stop accepting, finish requests, close the engine."""
     limits = limits or EndpointLimits()
     check_exposure(host, users, insecure_no_password)
-    from gpugap.settings import ServicesSettings
+    from groundfloor.settings import ServicesSettings
 
     cache = ServicesSettings().cache_dir / "chdb"
     config = write_engine_config(path / "gpugap-engine", limits, cache)

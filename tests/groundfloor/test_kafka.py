@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from gpugap.kafka.consume import DeadLetters, RawMessage, consume
-from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.consume import DeadLetters, RawMessage, consume
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings
 from schemas import DeadLetter, NodeSample, Record, encode
 from schemas.examples import node_samples
 from schemas.topics import DEAD_LETTER, SAMPLES

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings
 
-from gpugap.settings import env_config
+from groundfloor.settings import env_config
 from schemas.errors import ConfigError
 from schemas.shares import mig_share
 

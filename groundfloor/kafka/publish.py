@@ -15,8 +15,8 @@ from typing import IO, Any, Self
 
 from aiokafka.partitioner import DefaultPartitioner
 
-from gpugap.kafka.admin import ensure_topics
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.admin import ensure_topics
+from groundfloor.settings import KafkaSettings
 from schemas import Record, Topic, decode, encode
 from schemas.errors import RetriableError
 

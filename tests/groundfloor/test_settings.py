@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from gpugap.cli import main
-from gpugap.settings import KafkaSettings, load
+from groundfloor.settings import KafkaSettings, load
 from schemas.errors import ConfigError
 
 

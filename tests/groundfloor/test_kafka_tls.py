@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
-from gpugap.kafka.consume import DeadLetters, RawMessage, consume
-from gpugap.kafka.publish import KafkaPublisher
 from gpugap.services.kafka import broker_ready
-from gpugap.settings import KafkaSettings, Settings, load
+from groundfloor.kafka.consume import DeadLetters, RawMessage, consume
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings, Settings, load
 from schemas import TOPICS, Record
 from schemas.errors import ConfigError, RetriableError
 from schemas.examples import node_samples

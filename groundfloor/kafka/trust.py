@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from schemas import Record, Topic, by_name
 
 if TYPE_CHECKING:
-    from gpugap.settings import KafkaSettings
+    from groundfloor.settings import KafkaSettings
 
 __all__ = ["ClusterTrust"]
 

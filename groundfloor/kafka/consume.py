@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gpugap.kafka.admin import prepare
-from gpugap.kafka.publish import Publisher
-from gpugap.kafka.trust import ClusterTrust
-from gpugap.settings import KafkaSettings
+from groundfloor.kafka.admin import prepare
+from groundfloor.kafka.publish import Publisher
+from groundfloor.kafka.trust import ClusterTrust
+from groundfloor.settings import KafkaSettings
 from schemas import DeadLetter, Record, Topic, by_name, decode, utc_now
 from schemas.errors import InvalidRecord, RetriableError
 from schemas.topics import DEAD_LETTER
@@ -75,7 +75,7 @@ class DeadLetters:
 
     async def decode(self, msg: RawMessage) -> Record | None:
         """The message's record, or None after dead-lettering it (also a record that claims a
-        cluster its topic may not speak for, see ``gpugap.kafka.trust``)."""
+        cluster its topic may not speak for, see ``groundfloor.kafka.trust``)."""
         trust = self.trust
         try:
             if trust is None:

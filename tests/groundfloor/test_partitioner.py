@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.kafka.publish import KafkaPublisher
-from gpugap.settings import KafkaSettings, ServicesSettings
+from groundfloor.kafka.publish import KafkaPublisher
+from groundfloor.settings import KafkaSettings, ServicesSettings
 from producers.slurm import wire
 from tests.conftest import create_topics
 

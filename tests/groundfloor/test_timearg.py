@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpugap.timearg import parse_time
+from groundfloor.timearg import parse_time
 from schemas.errors import ConfigError
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)

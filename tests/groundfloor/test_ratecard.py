@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.cost.card import (
+from gpugap.simulator import estate as sim_estate
+from gpugap.simulator.scenario import load
+from groundfloor.ratecard import (
     RATE_COLUMNS,
     CostSettings,
     RateCard,
@@ -20,8 +22,6 @@ from gpugap.cost.card import (
     rate_rows,
     validate_card,
 )
-from gpugap.simulator import estate as sim_estate
-from gpugap.simulator.scenario import load
 from schemas.errors import ConfigError
 from tests.cost.estate import CARD, H100_HPC
 

@@ -149,7 +149,7 @@ class Plugin:
             target = getattr(importlib.import_module(module), attr)
         except ModuleNotFoundError as exc:
             top = (exc.name or "").split(".")[0]
-            if top in ("gpugap", "schemas", "producers", "streams", "sinks"):
+            if top in ("gpugap", "groundfloor", "schemas", "producers", "streams", "sinks"):
                 raise
             raise MissingExtra(
                 f"gpugap {self.kind} {self.name} needs {exc.name}, which is not installed: "
