@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from benchmarks.processes import ENGINES, engines
+
 #: subjects whose module parses its own arguments
 OWN_OPTIONS = {
     "endpoint": "benchmarks.endpoint",
@@ -86,7 +88,7 @@ def _worker(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         duration=args.duration,
         live_nodes=args.live_nodes or 200,
-        engines=args.engines.split(","),
+        engines=args.engines,
         profile=args.profile,
     )
 
@@ -112,7 +114,7 @@ def _alerts(args: argparse.Namespace) -> int:
     """Idle alert latency to Alertmanager's API beside alerts.v1's, in the same run."""
     from benchmarks.worker_latency import bench_latency
 
-    engine = args.engines.split(",")[0]
+    engine = args.engines[0]
     bench_latency(args.duration, args.live_nodes or 200, engine, alertmanager=True)
     return 0
 
@@ -153,7 +155,11 @@ def parser() -> argparse.ArgumentParser:
         help="worker, alerts: 8-GPU nodes every 10 s (default 200; scale: 1,350 over 2 workers)",
     )
     p.add_argument(
-        "--engines", default="faust,asyncio", help="worker: engines to measure (alerts: the first)"
+        "--engines",
+        type=engines,
+        default=list(ENGINES),
+        help="worker: engines to measure, faust (the only one; the Faust pass-through is always "
+        "measured beside it) (alerts: the first)",
     )
     p.add_argument("--profile", type=Path, metavar="DIR", help="worker: py-spy profiles into DIR")
     return p

@@ -1,4 +1,4 @@
-"""``python -m benchmarks fuzz [--hostile N] [--engine asyncio|faust]``: hostile records through a
+"""``python -m benchmarks fuzz [--hostile N] [--engine faust]``: hostile records through a
 real worker process on a real (throwaway) Kafka broker.
 
 The ``small`` scenario is published twice, into two topic namespaces: once as it is, once with
@@ -27,11 +27,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks.processes import ENGINES
 from benchmarks.topics import preload
-from benchmarks.worker_inproc import Capture, Msg
 from groundfloor.settings import KafkaSettings, ServicesSettings
 from schemas import DeadLetter, GpuMinute, decode
 from schemas.topics import DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
+from tests.capture import Capture, Msg
 
 INPUTS = (SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name)
 
@@ -176,7 +177,7 @@ def totals(kafka: KafkaSettings) -> tuple[dict[str, tuple[float, float]], list[D
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks fuzz", description=__doc__)
     ap.add_argument("--hostile", type=int, default=100_000)
-    ap.add_argument("--engine", choices=["asyncio", "faust"], default="asyncio")
+    ap.add_argument("--engine", choices=ENGINES, default="faust", help="the only engine")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--timeout", type=float, default=900.0)
     args = ap.parse_args(argv)

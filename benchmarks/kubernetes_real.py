@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.kubernetes import burst_events, owners, pod
-from benchmarks.kubernetes import measure as measure_test_server
+from tests.k8s_load import burst_events, owners, pod, wait_synced
+from tests.k8s_load import measure as measure_test_server
 
 
 class Etcd:
@@ -141,7 +141,6 @@ def setup(kube: Any, pods: int, burst: int) -> None:
 def measure_real(pods: int, burst: int, kube: Any, root: Path) -> dict[str, float]:
     from kubernetes.client import CoreV1Api, CustomObjectsApi  # noqa: F401
 
-    from benchmarks.kubernetes import _wait
     from groundfloor.kafka.publish import JsonlPublisher
     from producers import run_producer
     from producers.kubernetes.producer import KubernetesProducer
@@ -160,7 +159,7 @@ def measure_real(pods: int, burst: int, kube: Any, root: Path) -> dict[str, floa
         list_rv = kube.rv()
         t0 = time.perf_counter()
         task = asyncio.create_task(run_producer(producer, publisher, stop=stop))
-        await _wait(producer, list_rv, task)
+        await wait_synced(producer, list_rv, task)
         t1 = time.perf_counter()
         listed = publisher.sent
         write_s = await asyncio.to_thread(load, etcd, events)
@@ -168,7 +167,7 @@ def measure_real(pods: int, burst: int, kube: Any, root: Path) -> dict[str, floa
         from tests.producers.test_kubernetes_real import touch_sentinel
 
         burst_rv = await asyncio.to_thread(touch_sentinel, kube.admin, "team-00")
-        await _wait(producer, burst_rv, task)
+        await wait_synced(producer, burst_rv, task)
         t2 = time.perf_counter()
         stop.set()
         await task

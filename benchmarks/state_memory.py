@@ -1,6 +1,6 @@
 """``python -m benchmarks state-memory``: the worker's state against distinct nodes (no Kafka).
 
-Feeds one ``Processor`` (the pure core both engines run, in-process) one 8-GPU node sample
+Feeds one ``Processor`` (the pure core the worker runs, in-process) one 8-GPU node sample
 (``--gpus``) for each of N distinct fake nodes, N growing through ``--steps`` (1k, 10k, 50k,
 100k, 200k), and prints the process's RSS (``VmRSS`` from /proc/self/status, after a full
 garbage collection) and the nodes held at each step. Every node sample is decoded from its

@@ -5,11 +5,13 @@ load (benchmarks/worker_latency.py).
 Throughput: the ``scale`` estate with every node at 8 GPUs (1,350 nodes, 10,800 GPUs, Slurm
 and Kubernetes, its duplicates, late and malformed records) is generated once and pre-loaded
 into the input topics of a throwaway broker (``retention.ms=-1``, records stamped with event
-time); then ONE worker (``gpugap worker``, a process of its own, per engine) reads them from
-the start to the end. Its ``/metrics`` are polled: the rate counts from the first poll that
-shows input consumed to the first that shows every record handed to the core, so start-up
-(group join, table recovery) is excluded. The same records go through the codec alone and the
-core alone (in-process) to show where the time goes.
+time); then ONE worker (``gpugap worker``, the Faust engine, a process of its own) reads them
+from the start to the end, and after it the Faust pass-through (benchmarks/faust_passthrough.py:
+consume and ack, nothing else), the ceiling the worker is compared against. Their ``/metrics``
+are polled: the rate counts from the first poll that shows input consumed to the first that
+shows every record handed to the core, so start-up (group join, table recovery) is excluded.
+The same records go through the codec alone and the core alone (in-process) to show where the
+time goes.
 """
 
 from __future__ import annotations
@@ -23,35 +25,19 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks import worker_profile as bench_profile
+from benchmarks.processes import ENGINES, cpu_seconds, metrics, stop
+from benchmarks.processes import engines as engines_arg
 from benchmarks.topics import preload
 from benchmarks.worker_inproc import Rate, bench_core, bench_decode, decoded, estate
 from gpugap.services.kafka import free_port
 from groundfloor.settings import KafkaSettings
 from schemas.topics import SAMPLES
-
-
-def metrics(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        name, _, value = line.rpartition(" ")
-        if name:
-            out[name] = float(value)
-    return out
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time a process has used (user + system, all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_worker(
@@ -152,20 +138,6 @@ def _measure(
         stop([proc])
 
 
-def stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM all, then wait for each (SIGKILL after 30 s); their stderr pipes closed."""
-    for p in procs:
-        p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        if p.stderr is not None:
-            p.stderr.close()
-
-
 def bench_throughput(
     samples: int, repeats: int, engines: Sequence[str], profile: Path | None = None
 ) -> list[str]:
@@ -238,7 +210,7 @@ def main(
     repeats: int = 3,
     duration: float = 300.0,
     live_nodes: int = 200,
-    engines: Sequence[str] = ("faust", "asyncio"),
+    engines: Sequence[str] = ENGINES,
     profile: Path | None = None,
 ) -> int:
     signal.signal(signal.SIGTERM, _terminate)
@@ -263,17 +235,18 @@ if __name__ == "__main__":
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--duration", type=float, default=300.0, help="latency run (s); 0 = skip")
     p.add_argument("--live-nodes", type=int, default=200, help="latency: nodes every 10 s")
-    p.add_argument("--engines", default="faust,asyncio")
+    p.add_argument(
+        "--engines", type=engines_arg, default=list(ENGINES), help="faust (the only engine)"
+    )
     p.add_argument("--profile", type=Path, help="py-spy each worker's first run into DIR")
     a = p.parse_args()
-    engines = a.engines.split(",")
     raise SystemExit(
         main(
             a.samples,
             repeats=a.repeats,
             duration=a.duration,
             live_nodes=a.live_nodes,
-            engines=engines,
+            engines=a.engines,
             profile=a.profile,
         )
     )

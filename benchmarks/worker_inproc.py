@@ -15,47 +15,16 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from groundfloor.kafka.publish import Publisher, event_time_ms
-from schemas import NodeSample, Record, Topic, by_name, decode, encode
+from schemas import NodeSample, Record, by_name, decode
 from schemas.errors import InvalidRecord
 from schemas.topics import SAMPLES
 from streams.core import ms
 from streams.join import tune_gc
 from streams.process import Processor
+from tests.capture import Capture, Msg
 
-Msg = tuple[str, bytes | None, bytes, int | None]  # topic (unprefixed), key, value, timestamp
 START = (-120, 600)  # allocations start within this span around the window's start (s)
-
-
-class Capture(Publisher):
-    """Keeps what the simulator publishes, as the bytes it would send."""
-
-    def __init__(self) -> None:
-        self.messages: list[Msg] = []
-
-    async def send(self, topic: Topic[Any], record: Record) -> None:
-        key, ts = topic.key_for(record), event_time_ms(record)
-        self.messages.append((topic.name, key, encode(record), ts))
-
-    async def send_encoded(
-        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
-    ) -> None:
-        self.messages.append((topic.name, key, value, timestamp_ms))
-
-    async def send_raw(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp_ms: int | None = None,
-        partition: int | None = None,
-    ) -> None:
-        self.messages.append((topic, key, value or b"", timestamp_ms))
-
-    async def flush(self) -> None:
-        pass
 
 
 def estate(samples: int) -> tuple[list[Msg], str]:

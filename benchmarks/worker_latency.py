@@ -16,7 +16,7 @@ Measured, for what became due during the live part:
 - the workers' lag: records on their input partitions not taken yet (``gpugap_worker_lag``
   summed over the workers, read every second during the live part).
 
-With ``workers`` > 1 (Faust), the topics get that many partitions and the workers share one
+With ``workers`` > 1, the topics get that many partitions and the workers share one
 group (``python -m benchmarks scale``: the ``scale`` estate's 1,350 nodes over 2 workers).
 """
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.worker import metrics, stop
+from benchmarks.processes import metrics, stop
 from gpugap.services.kafka import free_port
 from groundfloor.kafka.publish import KafkaPublisher
 from groundfloor.settings import ClickHouseSettings, KafkaSettings
@@ -305,7 +305,7 @@ async def _run(
 def bench_latency(
     duration_s: float,
     nodes: int,
-    engine: str,
+    engine: str = "faust",
     interval_s: int = 10,
     *,
     workers: int = 1,
@@ -314,13 +314,11 @@ def bench_latency(
     """``workers``: Faust workers of one group, over topics of as many partitions.
     ``alertmanager``: also a real Alertmanager and ``gpugap notify alertmanager`` (from a
     source checkout: built like the tests build it), and when each alert shows in its API."""
-    if workers > 1 and engine != "faust":
-        raise ValueError("several workers of one group: the Faust engine")
-    from benchmarks.topics import create_topics
     from gpugap.services.clickhouse.process import EmbeddedClickHouse
     from gpugap.services.kafka import LocalKafka
     from groundfloor.settings import ServicesSettings
     from sinks.clickhouse.warehouse import migrate
+    from tests.topics import create_topics
 
     with tempfile.TemporaryDirectory(prefix="gpugap-bench-latency-") as tmp:
         broker = LocalKafka.ephemeral(ServicesSettings(), Path(tmp))

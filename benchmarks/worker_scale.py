@@ -23,14 +23,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.topics import create_topics
-from benchmarks.worker import metrics, run_passthrough, stop
+from benchmarks.processes import metrics, stop
+from benchmarks.worker import run_passthrough
 from benchmarks.worker_inproc import decoded, estate
 from gpugap.services.kafka import free_port
 from groundfloor.kafka.publish import KafkaPublisher
 from groundfloor.settings import KafkaSettings
 from schemas import TOPICS
 from schemas.topics import SAMPLES
+from tests.topics import create_topics
 
 PARTITIONS = 2
 SETTLE_S = 12.0  # Faust's group join and the rebalance of the second worker

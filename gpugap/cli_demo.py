@@ -38,9 +38,6 @@ def register(sub: Any, cmd: Any) -> None:
     d.add_argument("--save-report", metavar="FILE", help="also write the report as JSON")
     d.add_argument("--data-dir", metavar="DIR", help="keep Kafka/ClickHouse data here")
     d.add_argument(
-        "--engine", choices=["faust", "asyncio"], default="faust", help="the worker's engine"
-    )
-    d.add_argument(
         "--notify",
         action="append",
         metavar="TARGET",
@@ -56,8 +53,7 @@ def register(sub: Any, cmd: Any) -> None:
 def _demo_cmd(args: Any) -> int:
     from groundfloor.plugin import require
 
-    engine = ("faust",) if args.engine == "faust" else ()
-    require("gpugap demo", "all", (*engine, "chdb", "aiohttp", "clickhouse_connect"))
+    require("gpugap demo", "all", ("faust", "chdb", "aiohttp", "clickhouse_connect"))
     if args.duration is not None and args.duration <= 0:
         raise ConfigError("--duration must be positive seconds")
     if args.speed is not None and args.speed < 0:
@@ -73,7 +69,6 @@ def _demo_cmd(args: Any) -> int:
             truth=Path(args.truth) if args.truth else None,
             save_report=Path(args.save_report) if args.save_report else None,
             data_dir=Path(args.data_dir) if args.data_dir else None,
-            engine=args.engine,
             notify=tuple(args.notify),
         )
     )

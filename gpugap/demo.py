@@ -45,7 +45,6 @@ class DemoOptions:
     truth: Path | None = None
     save_report: Path | None = None
     data_dir: Path | None = None
-    engine: str = "faust"
     notify: tuple[str, ...] = ()  # alert targets for a `gpugap notify` beside the worker
 
 
@@ -136,7 +135,7 @@ class Demo:
         sim += ["--as-fast-as-possible"] if speed is None else ["--speed", str(speed)]
         quiet = {**env, "GPUGAP_LOG_LEVEL": "ERROR"}  # errors still show; chatter does not
         worker = [*GPUGAP, "worker", "--group", WORKER_GROUP, "--http", f"127.0.0.1:{metrics}"]
-        worker += ["--engine", self.opts.engine, "--idle-flush", "5", "--backfill"]
+        worker += ["--idle-flush", "5", "--backfill"]
         if speed is None:
             # publish the whole scenario first, then let the worker read it: it merges the
             # topics in event time while catching up (a live replay at hundreds of times real
@@ -200,7 +199,7 @@ class Demo:
 
     def _worker_group(self) -> str:
         # a Faust app's id is its consumer group, and it carries the topic prefix
-        return PREFIX + WORKER_GROUP if self.opts.engine == "faust" else WORKER_GROUP
+        return PREFIX + WORKER_GROUP
 
     def _progress(self, ch: ClickHouseSettings, port: int, *, until_done: bool) -> None:
         """Print a progress line every 2 s; return once the replay is over and everything it
@@ -210,13 +209,12 @@ class Demo:
         from schemas.topics import SAMPLES
         from sinks.clickhouse.sink import ClickHouseSink
         from sinks.clickhouse.warehouse import connect
-        from streams.join import INPUTS
 
         assert self.kafka is not None
         client = connect(ch)
-        # what the worker's group commits: the Faust engine's workers read the scheduler
-        # topics whole, outside the group (its idle flush waits for them to be read)
-        committed = INPUTS if self.opts.engine == "asyncio" else (SAMPLES,)
+        # what the worker's group commits: the workers read the scheduler topics whole,
+        # outside the group (its idle flush waits for them to be read)
+        committed = (SAMPLES,)
         watch = Watch(
             self.kafka,
             {

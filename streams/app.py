@@ -7,7 +7,8 @@ event-time merge, the pure core, publish). Faust's windowed tables are not used 
 windows on the wall clock), nor are its tables: the core's state lives in a compacted topic
 of the worker's own, ``<group>-state-changelog``, one partition per shard.
 
-How records are checked, checkpointed and handed over in rebalances: ``streams.faust_runner``.
+This module is the engine's adapter only: the lifecycle (restore, positions, gap-free
+delivery, lag, idle flush, checkpoints, stop, metrics) is :class:`streams.runtime.WorkerRuntime`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import signal
 import tempfile
+from collections.abc import Iterable
 from typing import Any
 
 import faust
@@ -23,16 +26,69 @@ import faust
 from groundfloor.settings import KafkaSettings, Settings
 from schemas.errors import FatalError
 from schemas.topics import SAMPLES
-from streams.faust_runner import AppOptions, Runner, episodes_topic, state_topic
 from streams.join import check_copartitioned, input_topics
+from streams.runtime import AppOptions, WorkerRuntime, episodes_topic, state_topic
 
-__all__ = ["AppOptions", "Runner", "create_app", "run"]
+__all__ = ["AppOptions", "FaustEngine", "WorkerRuntime", "create_app", "run"]
 
 
 app: faust.App  # for ``faust -A streams.app``: built from the environment on first access
 
 
-def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faust.App, Runner]:
+class FaustEngine:
+    """The runtime's :class:`streams.runtime.Engine`, answered by a Faust app's consumer."""
+
+    def __init__(self, app: faust.App) -> None:
+        self.app = app
+
+    @property
+    def group_id(self) -> str:
+        return str(self.app.conf.id)
+
+    def generation(self) -> int:
+        return int(self.app.consumer_generation_id)
+
+    def assignment(self) -> set[Any]:
+        return set(self.app.consumer.assignment())
+
+    def recovered(self, inputs: set[str]) -> bool:
+        # Faust's recovery runs on every assignment even with no tables (it pauses the
+        # inputs and seeks them to the committed offsets); its "completed" flag stays set
+        # from the first rebalance on, and the inputs stay paused until the current one is
+        # done
+        app = self.app
+        recovery = app.tables.recovery  # type: ignore[attr-defined]
+        if app.rebalancing or not recovery.completed.is_set():
+            return False
+        consumer = app.consumer
+        assigned = [tp for tp in consumer.assignment() if tp.topic in inputs]
+        paused = consumer._paused_partitions  # type: ignore[attr-defined]
+        return bool(assigned) and not any(tp in paused for tp in assigned)
+
+    def highwater(self, tp: Any) -> int | None:
+        return self.app.consumer.highwater(tp)
+
+    async def highwaters(self, tps: Iterable[Any]) -> dict[Any, int]:
+        return dict(await self.app.consumer.highwaters(*tps))
+
+    async def earliest_offsets(self, tps: Iterable[Any]) -> dict[Any, int]:
+        return dict(await self.app.consumer.earliest_offsets(*tps))
+
+    async def read_elsewhere(self, tp: Any, start: int, end: int) -> None:
+        # a gap is what Faust counts as acked without a message
+        await self.app.consumer._add_gap(tp, start, end - 1)  # type: ignore[attr-defined]
+
+    async def commit(self) -> None:
+        await self.app.consumer.commit()
+
+    def stop(self) -> None:
+        # the same path as Ctrl-C / SIGTERM: the Faust worker stops its services in order
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def create_app(
+    settings: Settings, opts: AppOptions | None = None
+) -> tuple[faust.App, WorkerRuntime]:
     opts = opts or AppOptions()
     kafka = settings.kafka
     app = faust.App(
@@ -65,10 +121,10 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
         web_port=opts.web[1] if opts.web else 6066,
         web_in_thread=False,
     )
-    runner = Runner(app, kafka, opts)
+    runner = WorkerRuntime(FaustEngine(app), kafka, opts)
     # Faust splits the samples over the group (a shard per partition); the scheduler
     # topics and the shards' episodes partitions are read outside the group
-    # (``Runner._pull_globals``), the state topic by whoever restores a shard
+    # (``WorkerRuntime._pull_globals``), the state topic by whoever restores a shard
     topic = app.topic(
         *sorted(runner.inputs), key_type=bytes, value_type=bytes, value_serializer="raw"
     )
@@ -86,13 +142,12 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
-        text = runner.join.stats.prometheus(runner.join.dl.counts, runner.lag())
-        return web.text(text, content_type="text/plain")
+        return web.text(runner.metrics(), content_type="text/plain")
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
-        stale = runner.join.stats.stale()
-        return web.text("stalled\n" if stale else "ok\n", status=503 if stale else 200)
+        ok = runner.healthy()
+        return web.text("ok\n" if ok else "stalled\n", status=200 if ok else 503)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _revoked(app: faust.App, revoked: set[Any], **kwargs: Any) -> None:
@@ -100,10 +155,7 @@ def create_app(settings: Settings, opts: AppOptions | None = None) -> tuple[faus
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _close(app: faust.App, **kwargs: Any) -> None:
-        await runner.pub.close()
-        for consumer in (runner._filler, runner._side):
-            if consumer is not None:
-                await consumer.stop()
+        await runner.close()
 
     return app, runner
 
@@ -132,7 +184,7 @@ def _credentials(kafka: KafkaSettings) -> Any:
     )
 
 
-def run(settings: Settings, opts: AppOptions, loglevel: str = "WARNING") -> Runner:
+def run(settings: Settings, opts: AppOptions, loglevel: str = "WARNING") -> WorkerRuntime:
     """Run the app in this process until SIGTERM/SIGINT or the idle timeout."""
     opts = dataclasses.replace(opts, partitions=_prepare(settings.kafka, opts.group))
     app, runner = create_app(settings, opts)

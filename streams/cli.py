@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -23,11 +21,10 @@ def register(sub: Any, cmd: Cmd) -> None:
     w.add_argument("--group", default="gpugap-worker", help="consumer group / Faust app id")
     w.add_argument(
         "--engine",
-        choices=["faust", "asyncio"],
+        choices=["faust"],
         default="faust",
-        help="faust (default: the Faust app; the state is split into shards like the samples' "
-        "partitions and the workers of a group split the shards) or asyncio (a plain aiokafka "
-        "loop that owns every shard: one worker per group)",
+        help="the Faust app, the only engine (the asyncio engine was removed: to scale out, "
+        "start more workers with the same --group)",
     )
     w.add_argument(
         "--lateness", type=float, default=120.0, metavar="S", help="allowed lateness (seconds)"
@@ -116,8 +113,7 @@ def _worker(args: argparse.Namespace) -> int:
     from groundfloor.plugin import require
     from groundfloor.settings import load
 
-    if args.engine == "faust":  # the asyncio engine needs only the core
-        require("gpugap worker", "worker", ("faust",))
+    require("gpugap worker", "worker", ("faust",))
     from schemas.clock import SECOND_MS
     from schemas.errors import ConfigError
     from streams.core import CoreConfig, state_bounds
@@ -145,22 +141,19 @@ def _worker(args: argparse.Namespace) -> int:
     from streams.join import tune_gc
 
     tune_gc()
-    if args.engine == "faust":
-        from streams.app import AppOptions, run
+    from streams.app import AppOptions, run
 
-        opts = AppOptions(
-            group=args.group,
-            config=config,
-            max_records=args.max_records,
-            commit_interval_s=args.commit_interval,
-            idle_flush_s=args.idle_flush,
-            idle_timeout_s=args.idle_timeout,
-            web=web,
-            healthz_stale_s=args.healthz_stale,
-        )
-        join = run(settings, opts, loglevel=settings.log_level).join
-    else:
-        join = asyncio.run(_asyncio_worker(settings, args, config, web)).join
+    opts = AppOptions(
+        group=args.group,
+        config=config,
+        max_records=args.max_records,
+        commit_interval_s=args.commit_interval,
+        idle_flush_s=args.idle_flush,
+        idle_timeout_s=args.idle_timeout,
+        web=web,
+        healthz_stale_s=args.healthz_stale,
+    )
+    join = run(settings, opts, loglevel=settings.log_level).join
     s = join.stats
     print(
         f"worker: {s.messages:,} messages ({s.gpu_samples:,} GPU samples) -> "
@@ -207,33 +200,3 @@ def idle_config(idle: Any, threshold: float | None = None, minutes: int | None =
         ),
     )
 
-
-async def _asyncio_worker(
-    settings: Any, args: argparse.Namespace, config: Any, web: tuple[str, int] | None
-) -> Any:
-    from groundfloor.kafka.publish import KafkaPublisher
-    from streams.worker import Worker, serve_http
-
-    async with KafkaPublisher(settings.kafka) as pub:
-        worker = Worker(
-            settings.kafka,
-            pub,
-            group=args.group,
-            config=config,
-            idle_flush_s=args.idle_flush,
-            idle_timeout_s=args.idle_timeout,
-            max_records=args.max_records,
-            commit_interval_s=args.commit_interval,
-            healthz_stale_s=args.healthz_stale,
-        )
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.stop.set)
-        server = await serve_http(worker, *web) if web else None
-        try:
-            await worker.run()
-        finally:
-            if server is not None:
-                server.close()
-                await server.wait_closed()
-        return worker

@@ -1,11 +1,11 @@
 """The runner-independent half of a worker: decode, merge the inputs in event time, route
 them to the shards this worker owns, publish what they produced, and checkpoint them.
 
-Both runners use it: the Faust app (streams/app.py, ``gpugap worker``) and the plain aiokafka
-loop (streams/worker.py, ``gpugap worker --engine asyncio``). Records are buffered and handed
-to the core in event-time order up to the **frontier** (the oldest latest-timestamp among input
-partitions that are not caught up), so a fast samples partition cannot run ahead of the
-scheduler events and make them late during a replay or a catch-up.
+The worker runtime (streams/runtime.py, run by the Faust app of ``gpugap worker``) owns one.
+Records are buffered and handed to the core in event-time order up to the **frontier** (the
+oldest latest-timestamp among input partitions that are not caught up), so a fast samples
+partition cannot run ahead of the scheduler events and make them late during a replay or a
+catch-up.
 
 The state is split into shards, one per partition of ``gpu.samples.v1`` (keyed by node):
 

@@ -24,7 +24,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.worker_inproc import Capture, Msg
 from groundfloor.kafka.consume import RawMessage
 from groundfloor.settings import ClickHouseSettings, IdleSettings
 from schemas import Record, by_name, decode
@@ -33,6 +32,7 @@ from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLUR
 from sinks.clickhouse.sink import ClickHouseSink
 from streams.core import CoreConfig
 from streams.join import Join
+from tests.capture import Capture, Msg
 
 WORKER_INPUTS = {SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name}
 SINK_INPUTS = {MINUTES.name, SLURM_JOBS.name, K8S_PODS.name, ALERTS.name, DEAD_LETTER.name}

@@ -23,12 +23,11 @@ from groundfloor.kafka.publish import KafkaPublisher
 from groundfloor.settings import KafkaSettings, ServicesSettings, Settings
 from schemas import Record, Topic
 from schemas.errors import GpugapError
-from schemas.topics import ALERTS, ALLOCATIONS, DEAD_LETTER, MINUTES
+from schemas.topics import ALERTS, ALLOCATIONS, DEAD_LETTER, MINUTES, SAMPLES
 from sinks.base import BatchingSink
 from sinks.clickhouse.sink import ClickHouseSink
 from streams.join import INPUTS as WORKER_INPUTS
-from streams.worker import Worker
-from tests.conftest import unavailable
+from tests.conftest import run_worker, unavailable
 
 pytestmark = pytest.mark.kafka
 
@@ -108,26 +107,21 @@ def test_replay_creates_its_topics_first(
     assert set(asyncio.run(topics(kafka))) == set(INPUTS)
 
 
-def test_asyncio_worker_started_before_the_producers(
-    kafka: KafkaSettings, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_worker_started_before_the_producers(kafka: KafkaSettings, tmp_path: Path) -> None:
     # the README's order: the worker first, on topics nobody has written to yet
-    async def run() -> Worker:
-        async with KafkaPublisher(kafka) as pub:
-            worker = Worker(kafka, pub, idle_flush_s=0.3, idle_timeout_s=0.6)
-            await worker.run()
-        return worker
-
-    asyncio.run(run())
-    state = "gpugap-worker-state.gpugap-worker"
+    first = run_worker(kafka, idle_timeout_s=1)
+    assert [ln for ln in first.stderr.splitlines() if "ERROR" in ln] == []
     found = asyncio.run(topics(kafka))
-    assert set(found) == {*INPUTS, state}
-    assert len(found[state]["partitions"]) == 1  # the worker reads its snapshot from partition 0
+    state, episodes = "gpugap-worker-state-changelog", "gpugap-worker-idle-episodes"
+    assert {*INPUTS, state, episodes} <= set(found)
+    # one state partition per shard, and a shard per partition of the samples
+    shards = len(found[SAMPLES.name]["partitions"])
+    assert len(found[state]["partitions"]) == len(found[episodes]["partitions"]) == shards
     simulate(tmp_path / "sim.jsonl")
     asyncio.run(replay(kafka, tmp_path / "sim.jsonl"))
-    worker = asyncio.run(run())
-    assert worker.stats.counts[MINUTES.name] > 0
-    assert loud(caplog) == []
+    second = run_worker(kafka, idle_timeout_s=1)
+    assert second.counts[MINUTES.name] > 0
+    assert [ln for ln in second.stderr.splitlines() if "ERROR" in ln] == []
     assert {MINUTES.name, ALLOCATIONS.name, ALERTS.name} <= set(asyncio.run(topics(kafka)))
 
 

@@ -221,16 +221,13 @@ def test_clients_without_the_right_ca_or_certificate_are_refused(
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("engine", ["faust", "asyncio"])
-def test_workers_run_over_mutual_tls(
-    kafka_tls: KafkaSettings, kafka_tls_broker: TlsBroker, engine: str
-) -> None:
-    """Every client a worker makes (Faust's consumer and producer, and its own; the asyncio
-    worker's consumer, admin and state topic; the publisher) reaches the mTLS listener:
-    one without the TLS context could not connect at all."""
-    from benchmarks.topics import create_topics as create_worker_topics
+def test_workers_run_over_mutual_tls(kafka_tls: KafkaSettings, kafka_tls_broker: TlsBroker) -> None:
+    """Every client a worker makes (Faust's consumer and producer, the runtime's own
+    consumers, admin and state producer, the publisher) reaches the mTLS listener: one
+    without the TLS context could not connect at all."""
     from gpugap.simulator.simulator import Simulator
     from producers.base import run_producer
+    from tests.topics import create_topics as create_worker_topics
 
     async def feed() -> None:
         await create_worker_topics(kafka_tls, list(TOPICS))
@@ -238,24 +235,16 @@ def test_workers_run_over_mutual_tls(
         await run_producer(sim, KafkaPublisher(kafka_tls))
 
     asyncio.run(feed())
-    if engine == "faust":  # as ``gpugap worker`` runs it, from the environment
-        env = {
-            **os.environ,
-            **kafka_tls_broker.env(),
-            "GPUGAP_KAFKA_TOPIC_PREFIX": kafka_tls.topic_prefix,
-            "GPUGAP_LOG_LEVEL": "WARNING",
-        }
-        cmd = ["worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3", "--backfill"]
-        done = run_gpugap(cmd, env)
-        assert "gpu.minutes.v1:" in done.stderr
-    else:
-        from streams.worker import Worker
-
-        async def work() -> None:
-            async with KafkaPublisher(kafka_tls) as pub:
-                await Worker(kafka_tls, pub, idle_flush_s=1.0, idle_timeout_s=2.0).run()
-
-        asyncio.run(asyncio.wait_for(work(), 120))
+    # as ``gpugap worker`` runs it, from the environment
+    env = {
+        **os.environ,
+        **kafka_tls_broker.env(),
+        "GPUGAP_KAFKA_TOPIC_PREFIX": kafka_tls.topic_prefix,
+        "GPUGAP_LOG_LEVEL": "WARNING",
+    }
+    cmd = ["worker", "--http", "", "--idle-flush", "1", "--idle-timeout", "3", "--backfill"]
+    done = run_gpugap(cmd, env)
+    assert "gpu.minutes.v1:" in done.stderr
     minutes = asyncio.run(read_topic(kafka_tls, MINUTES, 1))
     assert any(m.allocation_id is not None for m in minutes)  # samples joined to jobs
     # the state written (Faust: the state topic, by the worker's own producer)
@@ -263,8 +252,7 @@ def test_workers_run_over_mutual_tls(
 
 
 def _state_records(kafka: KafkaSettings) -> int:
-    """Records in the worker's state topic (Faust's <group>-state-changelog, or the asyncio
-    worker's snapshot topic), read over TLS."""
+    """Records in the worker's state topic (``<group>-state-changelog``), read over TLS."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -275,7 +263,7 @@ def _state_records(kafka: KafkaSettings) -> int:
             names = [
                 t
                 for t in await admin.list_topics()
-                if t.startswith(kafka.topic_prefix) and ("changelog" in t or "worker-state" in t)
+                if t.startswith(kafka.topic_prefix) and t.endswith("-state-changelog")
             ]
         finally:
             await admin.close()

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from benchmarks.topics import create_topics  # one partition each, kept forever: the
 from gpugap.services.kafka import free_port
 from gpugap.simulator.simulator import Simulator
 from groundfloor.kafka.consume import DeadLetters
@@ -28,7 +27,10 @@ from producers.base import run_producer
 from schemas import TOPICS
 from sinks.clickhouse.sink import ClickHouseSink
 from sinks.clickhouse.warehouse import connect
-from streams.worker import Worker  # simulator stamps records weeks ago (168 h retention)
+from tests.conftest import run_worker
+
+# one partition each, kept forever: the simulator stamps records weeks ago (168 h retention)
+from tests.topics import create_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -41,7 +43,6 @@ async def pipeline(
     kafka: KafkaSettings,
     ch: ClickHouseSettings,
     truth: Path,
-    engine: str,
     *,
     scenario: str = "small",
     duration: int | None = None,
@@ -51,28 +52,9 @@ async def pipeline(
     sim = Simulator(Settings(kafka=kafka), scenario, speed=None, truth=truth, duration=duration)
     await run_producer(sim, KafkaPublisher(kafka))
     t1 = time.perf_counter()
-    if engine == "asyncio":
-        async with KafkaPublisher(kafka) as pub:
-            worker = Worker(kafka, pub, idle_flush_s=1.0, idle_timeout_s=2.0)
-            await worker.run()
-        messages, dead = worker.stats.messages, dict(worker.dl.counts)
-    else:  # the Faust app, as ``gpugap worker`` runs it
-        cmd = [
-            *GPUGAP,
-            "worker",
-            "--http",
-            "",
-            "--idle-flush",
-            "1",
-            "--idle-timeout",
-            "3",
-            "--backfill",
-        ]
-        done = await asyncio.to_thread(
-            subprocess.run, cmd, env=env_for(kafka), timeout=900, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        messages, dead = -1, {"late": 0 if "'late'" not in done.stderr else -1}
+    # the Faust app, as ``gpugap worker`` runs it
+    worker = await asyncio.to_thread(run_worker, kafka, env=env_for(kafka), timeout=900)
+    messages, dead = worker.messages, worker.dead
     t2 = time.perf_counter()
     await store(kafka, ch)
     t3 = time.perf_counter()
@@ -101,12 +83,11 @@ def close(got: float, want: float) -> bool:
     return abs(got - want) <= 0.001 * abs(want) + 1e-6
 
 
-@pytest.mark.parametrize("engine", ["faust", "asyncio"])
 def test_small_scenario_matches_ground_truth(
-    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path, engine: str
+    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
 ) -> None:
     truth_path = tmp_path / "truth.json"
-    run = asyncio.run(pipeline(kafka, clickhouse, truth_path, engine))
+    run = asyncio.run(pipeline(kafka, clickhouse, truth_path))
     assert run["dead"].get("late", 0) == 0
     verify(clickhouse, json.loads(truth_path.read_text()))
     print(
@@ -122,7 +103,7 @@ def test_demo_scenario_first_hours_match_ground_truth(
     # every fault): the full day is `gpugap demo`'s job, too long for every CI run
     truth_path = tmp_path / "truth.json"
     run = asyncio.run(
-        pipeline(kafka, clickhouse, truth_path, "faust", scenario="demo", duration=7200)
+        pipeline(kafka, clickhouse, truth_path, scenario="demo", duration=7200)
     )
     verify(clickhouse, json.loads(truth_path.read_text()))
     print(
@@ -131,9 +112,8 @@ def test_demo_scenario_first_hours_match_ground_truth(
     )
 
 
-@pytest.mark.parametrize("engine", ["faust", "asyncio"])
 def test_worker_killed_twice_gives_the_same_totals_and_alerts(
-    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path, engine: str
+    kafka: KafkaSettings, clickhouse: ClickHouseSettings, tmp_path: Path
 ) -> None:
     asyncio.run(create_topics(kafka, list(TOPICS)))
     truth = tmp_path / "truth.json"
@@ -144,7 +124,7 @@ def test_worker_killed_twice_gives_the_same_totals_and_alerts(
         "GPUGAP_LOG_LEVEL": os.environ.get("E2E_LOG_LEVEL", "WARNING"),
     }
     gpugap = [sys.executable, "-m", "gpugap"]
-    worker_cmd = [*gpugap, "worker", "--engine", engine, "--backfill"]
+    worker_cmd = [*gpugap, "worker", "--backfill"]
     # the whole window first, then workers that catch up: at replay speed 120 s of allowed
     # lateness is a fraction of a wall second, so a live run at 600x would test the broker's
     # fetch timing, not the worker
@@ -179,7 +159,7 @@ def test_worker_killed_twice_gives_the_same_totals_and_alerts(
         worker.wait()
         kills.append((target, seen))
         assert 0 < seen < total, f"the kill did not land mid-run (processed {seen})"
-    print(f"{engine}: KILL_SEED={seed}, kills (target, processed): {kills}")
+    print(f"KILL_SEED={seed}, kills (target, processed): {kills}")
     final = subprocess.run(
         [*worker_cmd, "--http", "", "--idle-flush", "1", "--idle-timeout", "3"],
         env=env,
@@ -203,7 +183,7 @@ def test_faust_worker_rebalanced_gives_the_same_totals_and_alerts(
     env = env_for(kafka)
     sim = [*GPUGAP, "simulate", "--scenario", "demo", "--duration", "2h", "--as-fast-as-possible"]
     subprocess.run([*sim, "--truth", str(truth)], env=env, timeout=300, check=True)
-    base = [*GPUGAP, "worker", "--engine", "faust", "--max-records", "50", "--backfill"]
+    base = [*GPUGAP, "worker", "--max-records", "50", "--backfill"]
     first_port, second_port = free_port(), free_port()
     # a worker waiting for inputs (the group's second, or one in a rebalance) is alive: with
     # an 8 s limit its /healthz would say "stalled" by the last samples below (9-10 s after

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from benchmarks.worker_inproc import Capture
 from gpugap.simulator import S, build
 from gpugap.simulator.emit import Emitter
 from groundfloor.kafka.consume import RawMessage
@@ -21,6 +20,7 @@ from streams import window as W
 from streams.core import NodeCore, Output
 from streams.join import Join
 from streams.process import Processor
+from tests.capture import Capture
 from tests.streams.helpers import Null
 
 

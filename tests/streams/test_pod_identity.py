@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 
-from benchmarks.worker_inproc import Capture
 from groundfloor.kafka.consume import RawMessage
 from schemas import decode, encode
 from schemas.models import Alert, AllocationEvent, GpuMinute, K8sPodEvent, NodeSample
@@ -39,6 +38,7 @@ from streams.detect_idle import IdleConfig
 from streams.join import Join, partition_for
 from streams.process import Processor
 from streams.rows import minute_rows, placeholder_uuid
+from tests.capture import Capture
 from tests.conftest import run_gpugap
 from tests.streams.helpers import CLUSTER, NODE, T, pod, sample, samples
 
@@ -331,9 +331,9 @@ def as_watched() -> list[NodeSample | K8sPodEvent]:
 
 
 async def through_join(partitions: int, restart_at: int) -> tuple[list[GpuMinute], list[Alert]]:
-    """The records as bytes through ``Join`` (what both engines run: the asyncio worker and
-    the Faust agent hand it their messages), killed and restored from its checkpoint after
-    ``restart_at`` records."""
+    """The records as bytes through ``Join`` (what the worker runtime hands the messages the
+    engine delivers), killed and restored from its checkpoint after ``restart_at``
+    records."""
     cfg = CoreConfig(idle=IdleConfig(minutes=3), max_future_ms=None, max_past_ms=None)
     out = Capture()
     join = Join(out, "", cfg, partitions=partitions)
@@ -358,7 +358,7 @@ async def through_join(partitions: int, restart_at: int) -> tuple[list[GpuMinute
 
 
 @pytest.mark.parametrize("partitions", [1, 3])
-def test_through_the_join_both_engines_run_from_pod_events(partitions: int) -> None:
+def test_through_the_join_the_worker_runs_from_pod_events(partitions: int) -> None:
     n = len(as_watched())
     minutes, alerts = asyncio.run(through_join(partitions, restart_at=n // 2))
     closed = [r for r in minutes if r.minute <= T("10:12:00")]
@@ -373,17 +373,15 @@ def ms(hms: str | datetime) -> int:
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("engine", ["asyncio", "faust"])
-def test_both_worker_engines_tell_the_pods_apart(kafka: Any, engine: str) -> None:
-    """The scenario's pod events and samples on a real broker, through each engine as it runs:
+def test_the_worker_tells_the_pods_apart(kafka: Any) -> None:
+    """The scenario's pod events and samples on a real broker, through the worker as it runs:
     the same minutes, and no idle alert (the policy's N = 3 minutes, as above)."""
     import os
 
-    from benchmarks.topics import create_topics
     from groundfloor.kafka.consume import read_topic
     from groundfloor.kafka.publish import KafkaPublisher
     from schemas import TOPICS
-    from streams.worker import Worker
+    from tests.topics import create_topics
 
     async def publish() -> None:
         await create_topics(kafka, list(TOPICS))  # kept forever: the records are in the past
@@ -392,23 +390,16 @@ def test_both_worker_engines_tell_the_pods_apart(kafka: Any, engine: str) -> Non
                 await pub.send(SAMPLES if isinstance(r, NodeSample) else K8S_PODS, r)
 
     asyncio.run(asyncio.wait_for(publish(), 120))
-    if engine == "asyncio":
-
-        async def work() -> None:
-            async with KafkaPublisher(kafka) as pub:
-                await Worker(kafka, pub, config=CFG, idle_flush_s=1.0, idle_timeout_s=2.0).run()
-
-        asyncio.run(asyncio.wait_for(work(), 120))
-    else:  # the Faust app, as ``gpugap worker`` runs it
-        env = {
-            **os.environ,
-            "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
-            "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
-            "GPUGAP_IDLE_MINUTES": "3",
-            "GPUGAP_LOG_LEVEL": "WARNING",
-        }
-        cmd = ["worker", "--engine", "faust", "--http", "", "--idle-flush", "1"]
-        run_gpugap([*cmd, "--idle-timeout", "3", "--backfill"], env, timeout=300)
+    # the Faust app, as ``gpugap worker`` runs it
+    env = {
+        **os.environ,
+        "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
+        "GPUGAP_IDLE_MINUTES": "3",
+        "GPUGAP_LOG_LEVEL": "WARNING",
+    }
+    cmd = ["worker", "--http", "", "--idle-flush", "1"]
+    run_gpugap([*cmd, "--idle-timeout", "3", "--backfill"], env, timeout=300)
     minutes = asyncio.run(read_topic(kafka, MINUTES))
     alerts = asyncio.run(read_topic(kafka, ALERTS))
     closed = [r for r in minutes if r.minute <= T("10:12:00")]

@@ -9,7 +9,6 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.worker_inproc import Capture, Msg
 from groundfloor.kafka.consume import RawMessage
 from producers.slurm.wire import partition_for as wire_partition_for
 from schemas import decode
@@ -29,6 +28,7 @@ from streams.core import CoreConfig
 from streams.join import Join, partition_for
 from streams.process import Processor
 from tests.bi.demo_data import simulate
+from tests.capture import Capture, Msg
 from tests.streams.helpers import T, slurm
 from tests.streams.test_idle import CFG as IDLE
 from tests.streams.test_idle import by_minute

@@ -1,4 +1,4 @@
-"""The Faust runner's rebalance bookkeeping: a Join holds the shards of one assignment."""
+"""The worker runtime's rebalance bookkeeping: a Join holds the shards of one assignment."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from faust.types import TP
 
 from groundfloor.settings import KafkaSettings
 from schemas.topics import SAMPLES
-from streams.app import AppOptions
-from streams.faust_runner import Runner
+from streams.app import AppOptions, FaustEngine
+from streams.runtime import WorkerRuntime
 
 
 class Restores(Exception):
     """Raised where the runner would restore shards (and reach Kafka)."""
 
 
-def runner(monkeypatch: pytest.MonkeyPatch) -> Runner:
+def runner(monkeypatch: pytest.MonkeyPatch) -> WorkerRuntime:
     app = faust.App("test-runner", broker="kafka://127.0.0.1:9", autodiscover=False)
-    r = Runner(app, KafkaSettings(bootstrap="127.0.0.1:9"), AppOptions())
+    r = WorkerRuntime(FaustEngine(app), KafkaSettings(bootstrap="127.0.0.1:9"), AppOptions())
 
     async def restore() -> None:
         raise Restores
@@ -44,11 +44,11 @@ def test_a_batch_of_a_revoked_generation_restores_nothing(
     # the same generation, taken before and waiting for the lock, then restored the old
     # assignment's shards, and the next assignment's partition was not among them.
     r = runner(monkeypatch)
-    r.app.consumer_generation_id = 2
+    r.engine.app.consumer_generation_id = 2
     asyncio.run(r.on_revoked({TP(SAMPLES.name, 0)}))
     asyncio.run(r.on_batch(batch(2)))  # dropped: Faust delivers it again in generation 3
     assert not r.ready
-    r.app.consumer_generation_id = 3  # the new assignment: its batches restore
+    r.engine.app.consumer_generation_id = 3  # the new assignment: its batches restore
     with pytest.raises(Restores):
         asyncio.run(r.on_batch(batch(3)))
 
@@ -59,7 +59,7 @@ def test_shards_restored_in_another_generation_are_dropped_unstored(
     r = runner(monkeypatch)
     old_join = r.join
     r.ready, r.ready_generation = True, 2
-    r.app.consumer_generation_id = 3  # no revoke reached this worker in between
+    r.engine.app.consumer_generation_id = 3  # no revoke reached this worker in between
 
     async def store() -> None:
         raise AssertionError("the shards may be another worker's now: never stored")

@@ -1,13 +1,19 @@
-"""What the Faust app's agent and timer share: delivery checks, checkpoints, rebalances.
+"""The worker's runtime: it owns the lifecycle once, whatever engine delivers the records.
+
+Assignment and restore, positions, gap-free delivery, lag, the idle flush, checkpoints, the
+stop when idle, and the text of ``/metrics`` and ``/healthz``. An engine (the Faust app,
+``streams/app.py``) is a thin adapter: it hands over batches of input records with
+``on_batch``, calls ``tick`` every half second and ``on_revoked`` in a rebalance, and answers
+the few questions of :class:`Engine` about its group consumer.
 
 No loss, no double counting:
-- events are acked only at a checkpoint, after the outputs they produced were acknowledged
-  by the broker and the state that includes them was written to the state topic;
-  Faust commits acked offsets only;
-- the snapshot carries the input offsets it covers, so after a restart the events between
-  Faust's last commit and the snapshot are skipped instead of being applied twice;
-- every input partition must arrive gap-free: repeats are dropped, offsets Faust skipped are
-  read directly (see ``Runner._fill``);
+- records are acked only at a checkpoint, after the outputs they produced were acknowledged
+  by the broker and the state that includes them was written to the state topic; the engine
+  commits acked offsets only;
+- the snapshot carries the input offsets it covers, so after a restart the records between
+  the group's last commit and the snapshot are skipped instead of being applied twice;
+- every input partition must arrive gap-free: repeats are dropped, offsets the engine skipped
+  are read directly (see ``WorkerRuntime._fill``);
 - a worker that loses its inputs in a rebalance stores its state and forgets it.
 """
 
@@ -15,13 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
-import faust
+from typing import Any, Protocol
 
 from groundfloor.kafka.admin import partition_counts
 from groundfloor.kafka.consume import RawMessage, read_latest
@@ -35,7 +38,7 @@ from streams.join import Join
 
 log = logging.getLogger(__name__)
 
-#: how long reading offsets Faust skipped may take before the batch fails (and is retried)
+#: how long reading offsets the engine skipped may take before the batch fails (and is retried)
 FILL_TIMEOUT_S = 30.0
 
 
@@ -62,16 +65,51 @@ def episodes_topic(kafka: KafkaSettings, group: str) -> str:
 
 
 def state_topic(kafka: KafkaSettings, group: str) -> str:
-    """The shards' checkpoints (partition = shard), compacted. Named as the Faust table's
-    changelog it replaces, so a group's stored state outlives the change."""
+    """The shards' checkpoints (partition = shard), compacted; the worker's one state topic.
+    Named as the Faust table's changelog it replaced, so a group's stored state outlives it."""
     return f"{kafka.topic_prefix}{group}-state-changelog"
 
 
-class Runner:
-    """What the agent and the timer share: the join, the checkpoint, idle handling."""
+class Engine(Protocol):
+    """What the runtime asks of the engine that runs the group consumer."""
 
-    def __init__(self, app: faust.App, kafka: KafkaSettings, opts: AppOptions) -> None:
-        self.app = app
+    @property
+    def group_id(self) -> str:
+        """The consumer group (its committed offsets are where delivery starts)."""
+
+    def generation(self) -> int:
+        """The group generation of the current assignment."""
+
+    def assignment(self) -> set[Any]:
+        """The partitions the group gave this worker."""
+
+    def recovered(self, inputs: set[str]) -> bool:
+        """The input partitions are assigned and resumed: no rebalance is going on."""
+
+    def highwater(self, tp: Any) -> int | None:
+        """The end offset of an assigned partition as of its last fetch."""
+
+    async def highwaters(self, tps: Iterable[Any]) -> dict[Any, int]:
+        """The end offsets, asked of the broker now."""
+
+    async def earliest_offsets(self, tps: Iterable[Any]) -> dict[Any, int]:
+        """The log start offsets."""
+
+    async def read_elsewhere(self, tp: Any, start: int, end: int) -> None:
+        """Offsets [start, end) that the engine skipped were read by the runtime itself."""
+
+    async def commit(self) -> None:
+        """Commit the acked offsets now."""
+
+    def stop(self) -> None:
+        """Stop the worker the way SIGTERM does."""
+
+
+class WorkerRuntime:
+    """The join, positions, checkpoints, idle handling and stop: one worker's lifecycle."""
+
+    def __init__(self, engine: Engine, kafka: KafkaSettings, opts: AppOptions) -> None:
+        self.engine = engine
         self.kafka = kafka
         self.opts = opts
         self.pub = KafkaPublisher(kafka)
@@ -81,13 +119,13 @@ class Runner:
         self.trust = ClusterTrust.from_settings(kafka)
         self.join = self._new_join()
         self.join.stats.stale_after_s = opts.healthz_stale_s
-        #: what Faust delivers (partitioned over the group); what every worker reads whole;
+        #: what the engine delivers (split over the group); what every worker reads whole;
         #: and the mergers' input, read for the shards this worker owns (partition = shard)
         self.inputs = set(self.join.samples_topics)  # with the clusters' own, co-partitioned
         self.globals = set(self.join.global_topics)
         self.state_topic = state_topic(kafka, opts.group)
         self.lock = asyncio.Lock()
-        self._filler: Any = None  # our own consumer for offsets Faust skipped
+        self._filler: Any = None  # our own consumer for offsets the engine skipped
         self._side: Any = None  # our own consumer of the scheduler topics (all partitions)
         self.last_input = time.monotonic()
         self.last_checkpoint = time.monotonic()
@@ -104,7 +142,7 @@ class Runner:
         self.flushed = True
         self.start: dict[Any, int] = {}  # partition -> where reading started
         self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
-        self.expect: dict[Any, int] = {}  # partition -> the offset Faust must deliver next
+        self.expect: dict[Any, int] = {}  # partition -> the offset the engine must deliver next
 
     def _new_join(self) -> Join:
         opts = self.opts
@@ -121,14 +159,16 @@ class Runner:
         if self.ready:
             return
         await self.pub.start()
-        shards = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.samples}
+        shards = {tp.partition for tp in self.engine.assignment() if tp.topic == self.samples}
         records = await read_latest(self.kafka, self.state_topic, shards)
         restored = self.join.restore(records, shards)
         if restored:
             log.info("restored shard(s) %s at offsets %s", sorted(restored), restored)
-            self.flushed = False  # a restored state may hold minutes only a flush closes
+        # not flushed yet: a restored state may hold minutes only a flush closes, and the
+        # mergers wait for every shard's final mark, sent by a flush even with nothing read
+        self.flushed = False
         await self._seek_globals(restored)
-        self.ready_generation = self.app.consumer_generation_id
+        self.ready_generation = self.engine.generation()
         # an assignment is work: in a group that winds down with --idle-timeout, a worker
         # idle since before it was handed another's shards must not exit before their
         # mergers' input (marks still on the way) is read
@@ -138,10 +178,10 @@ class Runner:
     async def _seek_globals(self, restored: dict[int, Points]) -> None:
         """Every worker reads every scheduler partition, from the lowest point its shards'
         states hold (a shard skips what its own state already has), and the episodes
-        partition of each shard it owns, from that shard's point. Not through Faust: its
-        assignor hands a worker the episodes partitions of other numbers than its samples'
-        when no table ties them, and a table's recovery can hang a rebalance for good (a
-        test caught one waiting minutes for changelog records it had already been sent)."""
+        partition of each shard it owns, from that shard's point. Not through the group:
+        Faust's assignor hands a worker the episodes partitions of other numbers than its
+        samples' when no table ties them, and a table's recovery can hang a rebalance (it
+        waits for changelog records it has already been sent)."""
         from aiokafka import AIOKafkaConsumer
         from aiokafka.structs import TopicPartition
 
@@ -176,21 +216,6 @@ class Runner:
             got = got or (bool(msgs) and tp.topic != self.episodes)
         return got
 
-    def _recovered(self) -> bool:
-        """The inputs are assigned and Faust has resumed them (no rebalance going on).
-
-        Faust's recovery runs on every assignment even with no tables (it pauses the inputs
-        and seeks them to the committed offsets); its "completed" flag stays set from the
-        first rebalance on, and the inputs stay paused until the current one is done."""
-        app = self.app
-        recovery = app.tables.recovery  # type: ignore[attr-defined]
-        if app.rebalancing or not recovery.completed.is_set():
-            return False
-        consumer = app.consumer
-        inputs = [tp for tp in consumer.assignment() if tp.topic in self.inputs]
-        paused = consumer._paused_partitions  # type: ignore[attr-defined]
-        return bool(inputs) and not any(tp in paused for tp in inputs)
-
     async def on_revoked(self, revoked: set[Any]) -> None:
         """A rebalance took input partitions away: store the state, then forget it.
 
@@ -200,7 +225,7 @@ class Runner:
         the stored offsets let the next owner skip what the state already holds."""
         # set first, even with nothing restored: a batch of this generation that waited for
         # the lock must not restore the old assignment afterwards
-        self.revoked_generation = self.app.consumer_generation_id
+        self.revoked_generation = self.engine.generation()
         if not self.ready or not any(tp.topic in self.inputs for tp in revoked):
             return
         async with self.lock:
@@ -217,17 +242,16 @@ class Runner:
     async def on_batch(self, events: list[Any]) -> None:
         # events fetched before a rebalance: Faust seeks back to the committed offsets and
         # delivers them again in the new generation
-        generation = self.app.consumer_generation_id
+        generation = self.engine.generation()
         events = [ev for ev in events if ev.message.generation_id == generation]
         if not events:
             return
         async with self.lock:
-            stale = self.app.consumer_generation_id != generation
+            stale = self.engine.generation() != generation
             if stale or generation == self.revoked_generation:
                 # a rebalance came while this batch waited for the lock. Restoring now
-                # would take the revoked assignment's shards: a clean-clone run restored
-                # [0, 3] between the revoke and the new assignment, was given 4, and
-                # dead-lettered its records (KeyError) while another worker also held 3
+                # would take the revoked assignment's shards, which the next assignment
+                # may give to another worker while this one is handed different ones
                 return
             if self.ready and self.ready_generation != generation:
                 # not reached with Faust's eager rebalancing (every new generation revokes
@@ -259,22 +283,21 @@ class Runner:
                 await self.checkpoint()
 
     async def _fill(self, tp: Any, start: int, end: int) -> None:
-        """Read offsets [start, end) of a partition ourselves: Faust skipped them.
+        """Read offsets [start, end) of a partition ourselves: the engine skipped them.
 
         Faust does not hand every partition over gap-free: a restarted worker's stream
         partitions are resumed before Faust's seek to the committed offsets (recovery's
         ``on_recovery_completed``), and records fetched around that seek reach the agent
-        twice, or not at all (the consumer drops those below its read offset). A SIGKILL
-        test caught a restarted worker whose agent got offsets ..1897, then 1904..: its next
-        checkpoint claimed everything below 1976 read, the worker after it skipped 1898-1903
-        as already taken, and five nodes' minutes came out short. Seeking Faust's consumer
-        back races its read offset (what the seek fetches can be dropped again), so the
-        missing records are read here, in order, before the record after them; Faust is told
-        they are a gap (which it counts as acked), and our checkpoints still ack nothing
-        above a record before the state holding it is stored."""
+        twice, or not at all (the consumer drops those below its read offset). A checkpoint
+        taken after such a gap would claim the skipped records read, and the next owner of
+        the shard would never count them. Seeking the engine's consumer back races its read
+        offset (what the seek fetches can be dropped again), so the missing records are
+        read here, in order, before the record after them; the engine is told they were
+        read elsewhere, and our checkpoints still ack nothing above a record before the
+        state holding it is stored."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
-        log.warning("%s: Faust skipped offsets %d-%d: reading them directly", tp, start, end - 1)
+        log.warning("%s: offsets %d-%d were skipped: reading them directly", tp, start, end - 1)
         if self._filler is None:
             self._filler = AIOKafkaConsumer(**self.kafka.client_options(), enable_auto_commit=False)
             await self._filler.start()
@@ -289,7 +312,7 @@ class Runner:
                     if r.offset >= end:
                         break  # the log has no more below ``end`` (a compacted gap)
                     await self.join.ingest(tp, RawMessage.of(r))
-        await self.app.consumer._add_gap(tp, start, end - 1)  # type: ignore[attr-defined]
+        await self.engine.read_elsewhere(tp, start, end)
 
     def _checkpoint_due(self) -> bool:
         since = time.monotonic() - self.last_checkpoint
@@ -298,14 +321,13 @@ class Runner:
     async def _lagging(self, *, frontier: bool = True) -> list[Any]:
         """Input partitions with records left to read. For the event-time ``frontier``
         leave out the mergers' input: it is applied in offset order, not merged in time."""
-        consumer = self.app.consumer
-        tps = [tp for tp in consumer.assignment() if tp.topic in self.inputs]
+        tps = [tp for tp in self.engine.assignment() if tp.topic in self.inputs]
         unknown = [tp for tp in tps if tp not in self.next and tp not in self.start]
         if unknown:
             self.start.update(await self._start_offsets(unknown))
         lagging = []
         for tp in tps:
-            hw = consumer.highwater(tp)
+            hw = self.engine.highwater(tp)
             nxt = self.next.get(tp, self.start.get(tp, 0))
             if hw is None or nxt < hw:
                 lagging.append(tp)
@@ -320,15 +342,15 @@ class Runner:
     def lag(self) -> dict[str, int]:
         """Per input partition read here: records the broker holds beyond those taken."""
         out = {}
-        # only what is assigned now: asking a consumer about another partition fails (a
-        # clean-clone run's /metrics answered 500 between a rebalance and the revoke)
-        faust = set(self.app.consumer.assignment())
+        # only what is assigned now: asking a consumer about another partition fails (so
+        # would /metrics, between a rebalance and the revoke)
+        assigned = self.engine.assignment()
         side = set(self._side.assignment()) if self._side is not None else set()
         for tp, n in self.next.items():
             if tp in side:
                 hw = self._side.highwater(tp)
-            elif tp in faust:
-                hw = self.app.consumer.highwater(tp)
+            elif tp in assigned:
+                hw = self.engine.highwater(tp)
             else:
                 continue
             out[f"{tp.topic}:{tp.partition}"] = max(0, (hw or 0) - n)
@@ -337,12 +359,18 @@ class Runner:
     async def _caught_up(self) -> bool:
         """Every input partition is assigned and read to its end (not merely paused, as
         during a rebalance)."""
-        assigned = [tp for tp in self.app.consumer.assignment() if tp.topic in self.inputs]
-        if not assigned or await self._lagging(frontier=False):
+        assigned = [tp for tp in self.engine.assignment() if tp.topic in self.inputs]
+        if not assigned:
             return False
+        side_tps = set(self._side.assignment()) if self._side is not None else set()
+        for tp in await self._lagging(frontier=False):
+            hw = self._side.highwater(tp) if tp in side_tps else self.engine.highwater(tp)
+            if hw is not None:
+                return False  # known to have records left
+            # else nothing was fetched from it yet (an empty partition never is): asked below
         # the fetcher's highwater is only as fresh as its last fetch (stale after a long
         # stall): ask the broker for the end offsets before closing every open minute
-        ends = dict(await self.app.consumer.highwaters(*assigned))
+        ends = await self.engine.highwaters(assigned)
         side = list(self._side.assignment()) if self._side is not None else []
         if side:
             ends.update(await self._side.end_offsets(side))
@@ -361,10 +389,10 @@ class Runner:
         admin = AIOKafkaAdminClient(**self.kafka.client_options())
         await admin.start()
         try:
-            committed = await admin.list_consumer_group_offsets(self.app.conf.id)
+            committed = await admin.list_consumer_group_offsets(self.engine.group_id)
         finally:
             await admin.close()
-        earliest = await self.app.consumer.earliest_offsets(*tps)
+        earliest = await self.engine.earliest_offsets(tps)
         out = {}
         for tp in tps:
             c = committed.get(TopicPartition(tp.topic, tp.partition))
@@ -419,13 +447,12 @@ class Runner:
             # alive, waiting for inputs (a second worker of a group may wait for good) or for
             # their recovery: /healthz must not call that stalled
             self.join.stats.last_poll = time.monotonic()
-            # Faust's recovery "completed" flag is also set while the assignment is still
-            # empty, and a restore then finds no shards (a SIGKILL test caught a
-            # restarted worker starting from nothing): restore here only once the inputs
-            # are assigned and resumed. Waiting for the agent's first batch
-            # instead hangs a worker with nothing left to read (killed right after a
-            # checkpoint that covered every input): it never flushes, never stops when idle.
-            if not self._recovered():
+            # Restore only once the inputs are assigned and resumed: Faust's recovery flag
+            # is also set while the assignment is still empty, and a restore then finds no
+            # shards (a restarted worker would start from nothing). Not at the first batch
+            # either: a worker with nothing left to read (its last checkpoint covered every
+            # input) would wait for one for good, and never flush nor stop when idle.
+            if not self.engine.recovered(self.inputs):
                 return
             async with self.lock:
                 await self._ready()
@@ -453,11 +480,21 @@ class Runner:
             # early leaves its episodes to a worker that may be stopping too
             if timeout is not None and self.flushed and idle >= timeout and self.join.settled():
                 self.stopping = True
-                await self.app.consumer.commit()
+                await self.engine.commit()
                 log.info("idle for %.1f s: stopping", idle)
-                _stop_worker(self.app)
+                self.engine.stop()
 
+    def metrics(self) -> str:
+        """``/metrics``: the worker's counters, dead letters and lag, Prometheus text."""
+        return self.join.stats.prometheus(self.join.dl.counts, self.lag())
 
-def _stop_worker(app: faust.App) -> None:
-    # the same path as Ctrl-C / SIGTERM: the Faust worker stops its services in order
-    os.kill(os.getpid(), signal.SIGTERM)
+    def healthy(self) -> bool:
+        """``/healthz``: false once the inputs have not been polled for ``healthz_stale_s``."""
+        return not self.join.stats.stale()
+
+    async def close(self) -> None:
+        """The producer and the runtime's own consumers, at shutdown."""
+        await self.pub.close()
+        for consumer in (self._filler, self._side):
+            if consumer is not None:
+                await consumer.stop()
