@@ -180,7 +180,7 @@ class Demo:
         from gpugap.recommend.cli import summary_lines
 
         try:
-            w, recs = recommend_for(ch)
+            w, recs = recommend_for(ch, kafka=self.kafka)  # stored by the demo's sink
         except Exception as exc:  # the demo goes on: the report is what it is about
             self._say(f"recommendations: not computed ({exc})")
             return

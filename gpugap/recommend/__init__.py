@@ -6,14 +6,17 @@
   (partial-gang batch on Kubernetes -> Slurm, variable services on Slurm -> Kubernetes);
   ``base``: what they share (the confidence rule, deterministic ids, targets);
 - ``queries``, ``usage_queries``: the SQL that fetches those rows;
-- ``engine``: compute, store, decisions (the append-only audit table), the follow-up;
+- ``engine``: compute, publish (on ``recommendations.v1``: the ClickHouse sink stores them,
+  the only way they reach the warehouse), decisions (the append-only audit table);
+- ``followup``: the check after an accepted change;
 - ``cli``: the command.
 
 gpugap never changes a scheduler: an accepted recommendation prints what a person applies.
 For other parts (the demo)::
 
     from gpugap.recommend import recommend_for
-    window, recs = recommend_for(settings.clickhouse, store=True)
+    window, recs = recommend_for(settings.clickhouse, kafka=settings.kafka)  # published
+    window, recs = recommend_for(settings.clickhouse)                        # computed only
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpugap.recommend.base import Window
-    from groundfloor.settings import ClickHouseSettings
+    from groundfloor.settings import ClickHouseSettings, KafkaSettings
     from schemas.models import Recommendation
 
 __all__ = ["recommend_for"]
@@ -34,17 +37,22 @@ def recommend_for(
     days: float = 14.0,
     until: datetime | None = None,
     *,
-    store: bool = True,
+    kafka: KafkaSettings | None = None,
+    out: str | None = None,
 ) -> tuple[Window, list[Recommendation]]:
-    """Connect, compute (and store) the recommendations, close."""
+    """Connect, compute the recommendations, close; with ``kafka`` publish them on
+    ``recommendations.v1`` (its topic prefix included) for the ClickHouse sink to store, or
+    with ``out`` write them there as JSON lines. Neither: computed only, nothing stored."""
     from gpugap.recommend import engine
     from sinks.clickhouse.warehouse import connect
 
     client = connect(settings)
     try:
         w, recs = engine.compute(client, days=days, until=until)
-        if store:
-            engine.store(client, recs)
-        return w, recs
     finally:
         client.close()
+    if kafka is not None or out:
+        from groundfloor.settings import KafkaSettings
+
+        engine.publish(recs, kafka or KafkaSettings(), out)
+    return w, recs

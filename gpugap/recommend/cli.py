@@ -28,16 +28,24 @@ def register(sub: Any, cmd: Cmd) -> None:
         "gpugap never changes a scheduler.",
     )
     rsub = rec.add_subparsers(dest="action", required=True, metavar="ACTION")
-    comp = cmd("compute", _compute, "compute the recommendations now and store them", rsub)
+    comp = cmd(
+        "compute",
+        _compute,
+        "compute the recommendations now and publish them on recommendations.v1, where the "
+        "ClickHouse sink stores them",
+        rsub,
+    )
     comp.add_argument("--days", type=float, default=14.0, help="history to read (14 days)")
     comp.add_argument("--top", type=int, default=10, help="print the top N (10)")
-    comp.add_argument("--dry-run", action="store_true", help="print them, store nothing")
     comp.add_argument(
-        "--publish",
-        action="store_true",
-        help="also publish them on recommendations.v1 (Kafka from GPUGAP_KAFKA_*, or --out)",
+        "--dry-run", action="store_true", help="compute and print them, publish nothing"
     )
-    comp.add_argument("--out", metavar="FILE", help="with --publish: JSON lines to FILE or '-'")
+    comp.add_argument(
+        "--out",
+        metavar="FILE",
+        help="JSON lines to FILE or '-' (stdout; the summary goes to stderr) instead of Kafka "
+        "(GPUGAP_KAFKA_*): nothing reaches the warehouse",
+    )
     ls = cmd("list", _list, "current recommendations by GPU-hours saved per week", rsub)
     ls.add_argument("--top", type=int, default=20, help="rows (20)")
     ls.add_argument("--all", action="store_true", help="with rejected and superseded ones")
@@ -125,56 +133,52 @@ def summary_lines(recs: list[Recommendation], top: int) -> list[str]:
 
 
 def _compute(args: argparse.Namespace) -> int:
-    from gpugap.recommend.engine import compute, store
+    import sys
 
-    if args.days <= 0:
-        raise ConfigError(f"--days must be positive, got {args.days}")
-    if args.out and not args.publish:
-        raise ConfigError("--out goes with --publish (where the records are published to)")
-    client = _client(args)
-    try:
-        w, recs = compute(client, days=args.days)
-        if not args.dry_run:
-            from sinks.clickhouse.warehouse import connect
-
-            writer = connect(_settings(args))
-            try:
-                store(writer, recs)
-            finally:
-                writer.close()
-    finally:
-        client.close()
-    if args.publish:
-        print(f"{publish(recs, args.out)} published on recommendations.v1")
-    total = sum(r.saved_gpu_hours_per_week for r in recs)
-    verb = "found (not stored: --dry-run)" if args.dry_run else "stored"
-    print(
-        f"{len(recs)} recommendation(s) {verb} from {w.history_days:.1f} days of history "
-        f"({w.since:%Y-%m-%d %H:%M} to {w.until:%Y-%m-%d %H:%M} UTC): "
-        f"{total:,.1f} GPU-hours/week if all were applied"
-    )
-    if recs:
-        print("\n".join(summary_lines(recs, args.top)))
-        print("  gpugap recommend show ID  |  gpugap recommend decide ID accept --by WHO --why ...")
-    return 0
-
-
-def publish(recs: list[Recommendation], out: str | None) -> int:
-    """The records on recommendations.v1 (keyed by id: a recomputed one replaces its
-    predecessor in a compacted topic), for consumers downstream."""
-    import asyncio
-
-    from groundfloor.kafka.publish import open_publisher
+    from gpugap.recommend.engine import compute, publish
     from groundfloor.settings import load
     from schemas.topics import RECOMMENDATIONS
 
-    async def send() -> int:
-        async with open_publisher(out, load().kafka) as pub:
-            for r in recs:
-                await pub.send(RECOMMENDATIONS, r)
-        return len(recs)
-
-    return asyncio.run(send())
+    if args.days <= 0:
+        raise ConfigError(f"--days must be positive, got {args.days}")
+    if args.dry_run and args.out:
+        raise ConfigError("--dry-run publishes nothing: drop --out (or --dry-run)")
+    kafka = load().kafka
+    client = _client(args)
+    try:
+        w, recs = compute(client, days=args.days)
+    finally:
+        client.close()
+    if args.dry_run:
+        verb = "found (not published: --dry-run)"
+    elif args.out:
+        publish(recs, kafka, args.out)
+        where = "stdout" if args.out == "-" else args.out
+        verb = f"written to {where} as {RECOMMENDATIONS.name} JSON lines (not published)"
+    else:
+        publish(recs, kafka)
+        verb = f"published on {RECOMMENDATIONS.qualified(kafka.topic_prefix)} at {kafka.bootstrap}"
+    say = sys.stderr if args.out == "-" else sys.stdout  # stdout: the JSON lines alone
+    total = sum(r.saved_gpu_hours_per_week for r in recs)
+    print(
+        f"{len(recs)} recommendation(s) {verb} from {w.history_days:.1f} days of history "
+        f"({w.since:%Y-%m-%d %H:%M} to {w.until:%Y-%m-%d %H:%M} UTC): "
+        f"{total:,.1f} GPU-hours/week if all were applied",
+        file=say,
+    )
+    if not (args.dry_run or args.out):
+        print(
+            "  the ClickHouse sink (gpugap sink clickhouse) stores them; "
+            "gpugap recommend list shows them once stored",
+            file=say,
+        )
+    if recs:
+        print("\n".join(summary_lines(recs, args.top)), file=say)
+        print(
+            "  gpugap recommend show ID  |  gpugap recommend decide ID accept --by WHO --why ...",
+            file=say,
+        )
+    return 0
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -194,7 +198,10 @@ def _list(args: argparse.Namespace) -> int:
         print(results(cols, [list(r.values()) for r in rows], fmt))
         return 0
     if not rows:
-        print("no recommendations (gpugap recommend compute writes them)")
+        print(
+            "no recommendations (gpugap recommend compute publishes them, the ClickHouse sink "
+            "stores them)"
+        )
         return 0
     from gpugap.report.table import Col, table
 

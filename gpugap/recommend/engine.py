@@ -1,7 +1,11 @@
-"""Compute the recommendations from the warehouse, store them, record decisions on them.
+"""Compute the recommendations from the warehouse, publish them, record decisions on them.
 
 gpugap never changes a scheduler: a recommendation is a record, a decision is a row in the
 append-only ``recommendation_decisions`` table, and an accepted one prints what a person runs.
+
+Recommendations reach the warehouse one way: published on ``recommendations.v1``, stored by
+the ClickHouse sink (``gpugap sink clickhouse``) like every other topic it reads. Nothing here
+writes the ``recommendations`` table; the reads (list, show, decisions) query it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpugap.recommend import batch, boundary, fit, interactive, placement, services
 from gpugap.recommend.base import Window, rank
@@ -28,7 +32,10 @@ from gpugap.report.query import run_query
 from schemas.errors import ConfigError
 from schemas.models import Recommendation, RecommendationTarget
 from schemas.types import utc_now
-from sinks.clickhouse.sink import RECOMMENDATION_COLUMNS, recommendation_row
+
+if TYPE_CHECKING:
+    from groundfloor.kafka.publish import Publisher
+    from groundfloor.settings import KafkaSettings
 
 DECISIONS = ("accept", "reject", "defer")
 DEFAULT_DAYS = 14.0  # KRR's default history (336 h)
@@ -107,12 +114,30 @@ def compute(
     return w, ranked
 
 
-def store(client: Any, recs: Sequence[Recommendation]) -> None:
-    """Into ``recommendations`` (the sink's row for recommendations.v1): the same id replaces
-    its earlier row."""
-    if recs:
-        rows = [recommendation_row(r) for r in recs]
-        client.insert("recommendations", rows, column_names=RECOMMENDATION_COLUMNS)
+async def send(publisher: Publisher, recs: Sequence[Recommendation]) -> int:
+    """The records on ``recommendations.v1`` through ``publisher`` (flushed by its close),
+    keyed by id: a recomputed one replaces its predecessor in the sink's ReplacingMergeTree
+    and in a compacted topic."""
+    from schemas.topics import RECOMMENDATIONS
+
+    for r in recs:
+        await publisher.send(RECOMMENDATIONS, r)
+    return len(recs)
+
+
+def publish(recs: Sequence[Recommendation], kafka: KafkaSettings, out: str | None = None) -> int:
+    """Publish on ``recommendations.v1``: to Kafka (``kafka``, its topic prefix included),
+    or with ``out`` JSON lines to that file (``-``: stdout) instead. Returns once every record
+    is acknowledged (Kafka: acks=all); the ClickHouse sink stores them from the topic."""
+    import asyncio
+
+    from groundfloor.kafka.publish import open_publisher
+
+    async def run() -> int:
+        async with open_publisher(out, kafka) as pub:
+            return await send(pub, recs)
+
+    return asyncio.run(run())
 
 
 LIST = """
@@ -132,17 +157,22 @@ def listing(client: Any, top: int = 20, everything: bool = False) -> list[dict[s
 
 
 def get(client: Any, rec_id: str) -> Recommendation:
+    return _stored(client, rec_id)[0]
+
+
+def _stored(client: Any, rec_id: str) -> tuple[Recommendation, str]:
+    """The stored record and its target as the sink wrote it."""
     rows = run_query(
         client,
-        "SELECT record FROM recommendations FINAL WHERE id = {id:String}",
+        "SELECT record, target FROM recommendations FINAL WHERE id = {id:String}",
         {"id": rec_id},
     ).result_rows
     if not rows:
         raise ConfigError(
             f"no recommendation {rec_id!r} (gpugap recommend list shows the ids; "
-            "gpugap recommend compute writes them)"
+            "gpugap recommend compute publishes them and the ClickHouse sink stores them)"
         )
-    return Recommendation.model_validate(json.loads(rows[0][0]))
+    return Recommendation.model_validate(json.loads(rows[0][0])), str(rows[0][1])
 
 
 @dataclass(frozen=True)
@@ -164,14 +194,14 @@ def decide(
         raise ConfigError("--by: say who decides")
     if not why.strip():
         raise ConfigError("--why: say why (it is the audit trail)")
-    rec = get(client, rec_id)
+    rec, target = _stored(client, rec_id)
     d = Decision(rec.id, decision, by.strip(), why.strip(), now or utc_now())
     client.insert(
         "recommendation_decisions",
         [
             [
                 d.id, d.decision, d.decided_by, d.reason, d.decided_at, rec.kind,
-                recommendation_target_text(rec), rec.change.parameter, rec.change.from_value,
+                target, rec.change.parameter, rec.change.from_value,
                 rec.change.to_value, rec.saved_gpu_hours_per_week, rec.confidence,
             ]
         ],
@@ -181,12 +211,6 @@ def decide(
         ],
     )  # fmt: skip
     return rec, d
-
-
-def recommendation_target_text(rec: Recommendation) -> str:
-    from sinks.clickhouse.sink import recommendation_target
-
-    return recommendation_target(rec)
 
 
 def decisions(client: Any, rec_id: str | None = None) -> list[Decision]:

@@ -1,4 +1,6 @@
-"""One warehouse holding the scenario week (tests/recommend/scenario.py) for the module."""
+"""One warehouse holding the scenario week (tests/recommend/scenario.py) for the module, and
+the ClickHouse sink run over a test's topics: the one way recommendations reach the
+warehouse."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from groundfloor.ratecard import validate_card, write_rate_card
-from groundfloor.settings import ClickHouseSettings
+from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import Record
 from sinks.clickhouse.sink import ClickHouseSink
 from tests.recommend.scenario import RATE_CARD, records
@@ -23,6 +25,26 @@ def write(settings: ClickHouseSettings, rows: list[Record]) -> None:
         await sink.close()
 
     asyncio.run(store())
+
+
+def run_sink(kafka: KafkaSettings, settings: ClickHouseSettings, idle_s: float = 4.0) -> int:
+    """The ClickHouse sink over the test's topics, as ``gpugap sink clickhouse`` runs it (its
+    consumer group, dead letters to the broker), until idle for ``idle_s``: records stored."""
+    from groundfloor.kafka.consume import DeadLetters
+    from groundfloor.kafka.publish import KafkaPublisher
+
+    async def run() -> int:
+        sink = ClickHouseSink(settings, max_age_s=0.5)
+        async with KafkaPublisher(kafka) as dlq:
+            await sink.run(
+                kafka,
+                DeadLetters(dlq, "sink-clickhouse", kafka.topic_prefix),
+                group="gpugap-sink-clickhouse",
+                idle_timeout_s=idle_s,
+            )
+        return sink.stored
+
+    return asyncio.run(run())
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,11 @@ from datetime import timedelta
 import pytest
 
 from gpugap.recommend import base
-from gpugap.recommend.engine import compute, store
-from groundfloor.settings import ClickHouseSettings
+from gpugap.recommend.engine import compute, publish
+from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas.models import Recommendation
 from sinks.clickhouse.warehouse import connect
+from tests.recommend.conftest import run_sink
 from tests.recommend.scenario import (
     CONTROLS,
     DAYS,
@@ -175,16 +176,24 @@ def test_confidence_grows_with_history_as_the_rule_says(week: ClickHouseSettings
     assert seen == sorted(seen) and seen[0] < seen[-1]
 
 
-def test_recomputing_is_idempotent(week: ClickHouseSettings) -> None:
+def test_recomputing_is_idempotent(week: ClickHouseSettings, kafka: KafkaSettings) -> None:
+    """Published twice through the topic and the sink: the same ids, the second computation's
+    rows replacing the first's, never beside them."""
     c = connect(week)
     try:
         _, first = compute(c)
-        store(c, first)
+        assert publish(first, kafka) == len(first)
+        assert run_sink(kafka, week) == len(first)
         _, again = compute(c)
-        store(c, again)
+        assert publish(again, kafka) == len(again)
+        assert run_sink(kafka, week) == len(again)
         assert [r.id for r in first] == [r.id for r in again]
         n = c.query("SELECT count() FROM recommendations FINAL").result_rows[0][0]
         assert n == len(first)
+        rows = c.query("SELECT id, record FROM recommendations FINAL").result_rows
+        assert {i: Recommendation.model_validate_json(r) for i, r in rows} == {
+            r.id: r for r in again
+        }
     finally:
         c.close()
 
@@ -209,3 +218,28 @@ def test_follow_up_measures_the_gap_after_an_accepted_gpu_count(
     assert f.measured_per_week == pytest.approx(3 * per_job / (3 / 7))
     assert f.before_per_week == pytest.approx(DAYS * per_job)
     assert f.expected_per_week == pytest.approx(DAYS * per_job - MODEL.gpu_saved)
+
+
+def test_recommend_for_publishes_only_when_given_a_broker(
+    week: ClickHouseSettings, kafka: KafkaSettings
+) -> None:
+    """What the demo calls: computed only (nothing reaches the warehouse), or published for
+    the sink to store."""
+    from gpugap.recommend import recommend_for
+
+    def rows() -> dict[str, str]:
+        c = connect(week)
+        try:
+            got = c.query("SELECT id, record FROM recommendations FINAL").result_rows
+        finally:
+            c.close()
+        return dict(got)
+
+    before = rows()
+    _, recs = recommend_for(week)
+    assert len(recs) == 7 and rows() == before
+    _, recs = recommend_for(week, kafka=kafka)
+    assert run_sink(kafka, week) == len(recs) == 7
+    assert {i: Recommendation.model_validate_json(r) for i, r in rows().items()} == {
+        r.id: r for r in recs
+    }
