@@ -17,7 +17,7 @@ from pathlib import Path
 
 #: (part, frames that put a sample in it), checked in this order
 PARTS: list[tuple[str, tuple[str, ...]]] = [
-    ("snapshot (state JSON + zlib)", ("snapshot (streams/join.py",)),
+    ("snapshot (state JSON + zlib)", ("snapshot (streams/shards.py",)),
     ("outputs (encode, publish)", ("publish (streams/join.py",)),
     ("core: close minutes (rows, idle)", ("close (streams/core.py",)),
     ("core: the rest (join, advance)", ("streams/process.py", "streams/core.py")),
@@ -32,12 +32,9 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
                 ("frontier", "join"),
                 ("resume_points", "join"),
                 ("lowest_buffered", "join"),
-                ("on_batch", "app"),
-                ("_lagging", "app"),
-                ("checkpoint", "app"),
-                ("_lagging", "worker"),
-                ("_skip", "worker"),
-                ("_commit", "worker"),
+                ("on_batch", "runtime"),
+                ("_lagging", "runtime"),
+                ("checkpoint", "runtime"),
             )
         ),
     ),
