@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -26,6 +28,7 @@ from gpugap.services.kafka import LocalKafka, broker_ready
 from groundfloor.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
 from schemas import Record, Topic, decode
 from schemas.errors import GpugapError
+from tests.slurm_cluster import SlurmCluster
 
 if TYPE_CHECKING:
     from tests.kafka_tls import TlsBroker
@@ -330,3 +333,27 @@ def no_leaks() -> Iterator[None]:
         time.sleep(0.1)
     assert not extra_threads, f"test left threads running: {[t.name for t in extra_threads]}"
     assert not extra_children, f"test left child processes running: {sorted(extra_children)}"
+
+
+# --- a real Slurm (tests/slurm_cluster.py), for the tests marked ``slurm``: installed
+# (apt-get, only when missing), started once per session, stopped by PID at the end
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[SlurmCluster]:
+    if os.geteuid() != 0:
+        unavailable("a test Slurm needs root (slurmd, mknod, apt-get)")
+    # not under pytest's 0700 tmp: munged and mariadbd run as their own users
+    root = Path(tempfile.mkdtemp(prefix="gpugap-slurm-"))
+    root.chmod(0o755)
+    cluster = SlurmCluster(root)
+    try:
+        cluster.start()
+    except Exception as exc:
+        cluster.stop()
+        unavailable(f"could not start a test Slurm: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)

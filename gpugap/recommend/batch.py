@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -79,6 +80,19 @@ class GpuFamily:
 # --- (a) Slurm --time per job family ------------------------------------------------------
 
 
+def right_sized_limit(
+    elapsed_s: Sequence[float], limit_s: Sequence[float], timeouts: int
+) -> int | None:
+    """The family's --time by the rule below, or None where the rule leaves the limit alone
+    (a TIMEOUT in the window, too few completed jobs, a cut under a quarter). The queue
+    replay (gpugap.queue) right-sizes limits with this same rule."""
+    if timeouts or len(elapsed_s) < MIN_TO_RECOMMEND["slurm_time_limit"]:
+        return None
+    q = quantile(elapsed_s, TIME_QUANTILE)
+    new = max(TIME_GRANULE_S, math.ceil(q * (1 + TIME_MARGIN) / TIME_GRANULE_S) * TIME_GRANULE_S)
+    return None if new > (1 - TIME_MIN_CUT) * max(limit_s) else new
+
+
 def time_limit(fam: SlurmFamily, w: Window, now: datetime) -> Recommendation | None:
     """--time = the family's p95 elapsed + 20 %, rounded up to 15 min, when that cuts the
     current limit by at least a quarter. The GPU-hours saved are the padding removed: GPUs x
@@ -86,13 +100,11 @@ def time_limit(fam: SlurmFamily, w: Window, now: datetime) -> Recommendation | N
     cannot use. Families with a TIMEOUT in the window are left alone (the limit binds)."""
     kind = "slurm_time_limit"
     n = len(fam.elapsed_s)
-    if fam.timeouts or n < MIN_TO_RECOMMEND[kind]:
+    new = right_sized_limit(fam.elapsed_s, fam.limit_s, fam.timeouts)
+    if new is None:
         return None
     current = max(fam.limit_s)
     q = quantile(fam.elapsed_s, TIME_QUANTILE)
-    new = max(TIME_GRANULE_S, math.ceil(q * (1 + TIME_MARGIN) / TIME_GRANULE_S) * TIME_GRANULE_S)
-    if new > (1 - TIME_MIN_CUT) * current:
-        return None
     removed = sum(g * max(lim - new, 0) for g, lim in zip(fam.gpus, fam.limit_s, strict=True))
     per_week = removed / 3600 / w.weeks
     if per_week < MIN_SAVED_GPU_H_PER_WEEK:
