@@ -210,6 +210,11 @@ class SlurmJobEvent(Record):
     gpus_total: NonNegInt = Field(default=0, le=MAX_GPUS_PER_JOB)
     time_limit_s: NonNegInt | None = Field(default=None, description="None = unlimited")
     submit_time: UtcTime | None = None
+    eligible_time: UtcTime | None = Field(
+        default=None,
+        description="when the job could first start (after --begin, holds, dependencies): "
+        "its wait for resources starts here",
+    )
     start_time: UtcTime | None = None
     end_time: UtcTime | None = None
     state: SlurmJobState
@@ -243,6 +248,9 @@ class K8sPodEvent(Record):
     name: Name
     node: Name | None = None
     phase: PodPhase
+    created_time: UtcTime | None = Field(
+        default=None, description="metadata.creationTimestamp: its wait for a node starts here"
+    )
     gpus: NonNegInt = Field(default=0, le=MAX_GPUS_PER_NODE, description="a pod runs on one node")
     gpu_resource: Text | None = Field(
         default=None, description="'nvidia.com/gpu', 'nvidia.com/mig-1g.10gb'"

@@ -95,6 +95,7 @@ class PodState:
     ended: datetime | None = None
     enrichment: Enrichment | None = None
     resource_version: str | None = None
+    created: datetime | None = None  # metadata.creationTimestamp: the wait for a node starts
     rejected: bool = False  # dead-lettered before anything was reported: ignored from now on
 
     def has(self, kind: PodEventKind) -> bool:
@@ -155,6 +156,7 @@ class Tracker:
             st.reason = e.reason
             st.ended = e.time if e.kind is PodEventKind.TERMINATED else None
             st.resource_version = e.resource_version
+            st.created = e.created_time
             st.enrichment = Enrichment(
                 e.owner_kind, e.owner_name, e.workload_class, e.owner, e.team, e.gang_id,
                 e.gang_size, tuple(sorted(e.labels.items())),
@@ -215,6 +217,7 @@ class Tracker:
         st.node = spec.get("nodeName") or st.node
         st.phase = PHASES.get(status.get("phase", ""), PodPhase.UNKNOWN)
         st.resource_version = meta.get("resourceVersion")
+        st.created = st.created or r.parse_time(meta.get("creationTimestamp"))
         st.deletion_requested = r.deletion_requested(pod) or st.deletion_requested
         out: list[K8sPodEvent] = []
         if st.node is not None:
@@ -279,6 +282,7 @@ class Tracker:
             name=st.name,
             node=st.node,
             phase=st.phase,
+            created_time=st.created,
             gpus=st.gpus,
             gpu_resource=st.gpu_resource,
             reason=st.reason if kind in (PodEventKind.TERMINATED, PodEventKind.DELETED) else None,

@@ -92,6 +92,7 @@ class JobInfo:
     exit_signal: int | None = None  # Y of Slurm's "X:Y"
     time_limit_s: int | None = None  # None: unlimited or unknown
     submit: int | None = None  # epoch seconds
+    eligible: int | None = None  # EligibleTime: --begin, holds and dependencies behind it
     start: int | None = None
     end: int | None = None
     nodes: list[str]
@@ -164,6 +165,8 @@ class JobInfo:
             self.gpus = start.get("gpus_total")
         if self.time_limit_s is None:
             self.time_limit_s = start.get("time_limit_s")
+        if self.eligible is None and start.get("eligible_time"):
+            self.eligible = iso_ms(start["eligible_time"]) // 1000
 
 
 def utc_ms(epoch_s: float) -> str:
@@ -243,6 +246,9 @@ def job_event(info: JobInfo, kind: str, cluster: str, source: str) -> dict[str, 
         "gpus_total": gpus_total,
         "time_limit_s": None if info.time_limit_s == YEAR_S else info.time_limit_s,
         "submit_time": utc_ms(info.submit) if info.submit else None,
+        # only a run that started waited for resources (a job cancelled before it never
+        # did: and only the poller would know its eligible time)
+        "eligible_time": utc_ms(info.eligible) if started and info.eligible else None,
         "start_time": utc_ms(info.start) if started and info.start else None,
         "end_time": utc_ms(end) if end is not None else None,
         "state": state,

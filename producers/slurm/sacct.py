@@ -211,6 +211,8 @@ def _record(
     info.exit_status, info.exit_signal = exit_pair(col("exitcode"))
     info.time_limit_s = time_limit(col("timelimit"))
     info.submit = sacct_time(col("submit"), "Submit", tz)
+    # not in SACCT_FIELDS (JobName stays last): read where a dump's header names it
+    info.eligible = sacct_time(col("eligible"), "Eligible", tz)
     info.start = sacct_time(col("start"), "Start", tz)
     end = sacct_time(col("end"), "End", tz)
     info.end = end if info.state not in ("RUNNING", "PENDING") else None

@@ -126,6 +126,7 @@ def _fields(raw: str, kv: list[tuple[str, str]]) -> JobInfo:
     info.exit_status, info.exit_signal = exit_pair(seen.get("ExitCode"))
     info.time_limit_s = time_limit(seen.get("TimeLimit"))
     info.submit = epoch(seen.get("SubmitTime"), "SubmitTime")
+    info.eligible = epoch(seen.get("EligibleTime"), "EligibleTime")
     info.start = epoch(seen.get("StartTime"), "StartTime")
     info.end = epoch(seen.get("EndTime"), "EndTime") if info.state != "PENDING" else None
     try:

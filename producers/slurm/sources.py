@@ -147,6 +147,7 @@ def _from_pyslurm(job: Any) -> JobInfo:
     limit = job.time_limit  # minutes, None when unlimited
     info.time_limit_s = limit * 60 if isinstance(limit, int) else None
     info.submit, info.start = job.submit_time or None, job.start_time or None
+    info.eligible = getattr(job, "eligible_time", None) or None
     if info.state not in ("PENDING", "RUNNING", "CONFIGURING"):
         info.end = job.end_time or None
     info.nodes = expand(job.allocated_nodes)

@@ -85,6 +85,7 @@ def job(obj: Any) -> JobInfo:
     limit = _num(obj.get("time_limit"), "time_limit")
     info.time_limit_s = None if limit is None or limit >= NO_VAL else limit * 60
     info.submit = _num(obj.get("submit_time"), "submit_time") or None
+    info.eligible = _num(obj.get("eligible_time"), "eligible_time") or None
     info.start = _num(obj.get("start_time"), "start_time") or None
     if info.state not in ("PENDING", "RUNNING", "CONFIGURING"):
         info.end = _num(obj.get("end_time"), "end_time") or None

@@ -94,6 +94,8 @@ ALLOCATION_COLUMNS = [
     "interactive",
     "owner_kind",
     "owner_name",
+    "eligible_time",
+    "namespace",
 ]
 ALERT_COLUMNS = [
     "alert_id",
@@ -267,6 +269,8 @@ def slurm_row(e: SlurmJobEvent) -> list[Any]:
         int(e.interactive),
         "",
         "",
+        e.eligible_time,
+        "",
     ]
 
 
@@ -289,7 +293,7 @@ def pod_row(e: K8sPodEvent) -> list[Any]:
         e.gpus,
         [e.node] if e.node else [],
         0,
-        None,
+        e.created_time,
         e.time if started else None,
         e.time if ended else None,
         reason,
@@ -297,6 +301,8 @@ def pod_row(e: K8sPodEvent) -> list[Any]:
         0,
         e.owner_kind or "",
         e.owner_name or "",
+        None,
+        e.namespace,
     ]
 
 

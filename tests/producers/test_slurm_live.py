@@ -167,6 +167,8 @@ def test_hooks_and_poller_report_every_job(
         if "start" in kinds:
             s = kinds["start"][0]
             assert int(s.start_time.timestamp()) == final[raw]["start_time"], job_id  # type: ignore[union-attr]
+            # the wait for GPUs starts at EligibleTime (v_queue_wait)
+            assert int(s.eligible_time.timestamp()) == final[raw]["eligible_time"], job_id  # type: ignore[union-attr]
             assert (
                 s.start_time == e.start_time
                 and s.nodes == e.nodes
