@@ -45,6 +45,12 @@ def register(sub: Any, cmd: Cmd) -> None:
         help="add currency, energy and CO2 per class and cluster, boundary transfers, and the "
         "rate card used (docs/cost.md)",
     )
+    rep.add_argument(
+        "--queue",
+        action="store_true",
+        help="add how long work waited for GPUs by queue, class, team and GPU count, and what "
+        "padded Slurm limits cost the queue (a backfill replay per partition; docs/queue.md)",
+    )
     _clickhouse_flag(rep)
 
     sql = cmd(
@@ -121,6 +127,10 @@ def _report(args: argparse.Namespace) -> int:
             from gpugap.cost.report import extend_schema
 
             schema = extend_schema(schema)
+        if args.queue:
+            from gpugap.queue.report import extend_schema as extend_queue
+
+            schema = extend_queue(schema)
         print(json.dumps(schema, indent=2))
         return 0
     # every argument is checked before connecting: a typo fails fast, with or without a server
@@ -140,6 +150,11 @@ def _report(args: argparse.Namespace) -> int:
             from gpugap.cost.report import build_cost, render_with
 
             text = render_with(text, build_cost(client, since, until, args.top), args.format)
+        if args.queue:
+            from gpugap.queue.report import build_queue
+            from gpugap.queue.report import render_with as with_queue
+
+            text = with_queue(text, build_queue(client, since, until, args.top), args.format)
     finally:
         client.close()
     print(text)

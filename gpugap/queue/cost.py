@@ -1,7 +1,7 @@
 """What padded limits cost the queue: a partition's jobs replayed with the limits asked for and
 with the ``--time`` recommender's limits, and the difference in waiting.
 
-Right-sizing follows the recommender's rule (gpugap.recommend.batch.right_sized_limit) per job
+Right-sizing follows the recommender's rule (gpugap.queue.limits.right_sized_limit) per job
 family; a job that ran longer than its family's new limit keeps the limit it asked for (the
 model never kills work the rule's users would have protected with a longer limit), and the rule
 never raises a limit."""
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gpugap.queue.backfill import Partition, QueuedJob, Start, replay
-from gpugap.recommend.batch import right_sized_limit
+from gpugap.queue.limits import right_sized_limit
 
 #: per-user costs are replayed for this many users, the most padded first (one replay each)
 TOP_USERS = 10
@@ -175,15 +175,11 @@ def queue_cost(
         freed_h.append(asked.gpu_h_waited - right.gpu_h_waited)
         freed_wait.append(asked.mean_wait_s - right.mean_wait_s)
         for user, ids in mine.items():
-            alone = replay(
-                right_size(js, limits, lambda j, u=user: j.user == u),  # type: ignore[misc]
-                partition,
-                max_job_test=max_job_test,
+            b_o, d_o, d_m = _alone(
+                js, asked_starts, limits, ids, partition, max_job_test=max_job_test
             )
-            b_o, b_m = _split(js, asked_starts, ids)
-            a_o, a_m = _split(js, alone, ids)
-            others[user].append((b_o, b_o - a_o))
-            own[user].append(b_m - a_m)
+            others[user].append((b_o, d_o))
+            own[user].append(d_m)
     assert first is not None
     by_user = tuple(
         UserCost(
@@ -203,6 +199,47 @@ def queue_cost(
         mean_wait_freed_s=Spread.of(freed_wait),
         by_user=by_user,
     )
+
+
+def selection_cost(
+    jobs: Sequence[QueuedJob],
+    partition: Partition,
+    limits: dict[str, float],
+    ids: set[str],
+    *,
+    repeats: int = REPEATS,
+    jitter_s: float = JITTER_S,
+    max_job_test: int = 500,
+) -> tuple[Spread, Spread]:
+    """With only the jobs ``ids`` right-sized (``limits`` by family): the GPU-hours of
+    waiting freed for everyone else, and for those jobs themselves, over ``repeats`` replays."""
+    others, own = [], []
+    for r in range(max(repeats, 1)):
+        js = jittered(jobs, r, jitter_s)
+        asked = replay(js, partition, max_job_test=max_job_test)
+        _, d_o, d_m = _alone(js, asked, limits, ids, partition, max_job_test=max_job_test)
+        others.append(d_o)
+        own.append(d_m)
+    return Spread.of(others), Spread.of(own)
+
+
+def _alone(
+    js: Sequence[QueuedJob],
+    asked_starts: Sequence[Start],
+    limits: dict[str, float],
+    ids: set[str],
+    partition: Partition,
+    *,
+    max_job_test: int,
+) -> tuple[float, float, float]:
+    """Replay with only the jobs ``ids`` right-sized: the others' GPU-hours waited as asked,
+    and how many fewer the others and those jobs waited."""
+    alone = replay(
+        right_size(js, limits, lambda j: j.id in ids), partition, max_job_test=max_job_test
+    )
+    b_o, b_m = _split(js, asked_starts, ids)
+    a_o, a_m = _split(js, alone, ids)
+    return b_o, b_o - a_o, b_m - a_m
 
 
 def _split(

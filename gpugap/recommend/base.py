@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import shlex
 import statistics
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpugap.queue.limits import MIN_JOBS as MIN_TIME_JOBS
 from schemas.models import (
     Recommendation,
     RecommendationChange,
@@ -40,8 +40,8 @@ from schemas.types import Scheduler, WorkloadClass
 MIN_SAMPLES = {"slurm_time_limit": 10, "gpu_count": 5, "idle_culling": 10, "placement": 5,
                "service_schedule": 7, "gpu_share": 7}  # fmt: skip
 #: below this many samples nothing is recommended at all
-MIN_TO_RECOMMEND = {"slurm_time_limit": 3, "gpu_count": 2, "idle_culling": 3, "placement": 2,
-                    "service_schedule": 2, "gpu_share": 1}  # fmt: skip
+MIN_TO_RECOMMEND = {"slurm_time_limit": MIN_TIME_JOBS, "gpu_count": 2, "idle_culling": 3,
+                    "placement": 2, "service_schedule": 2, "gpu_share": 1}  # fmt: skip
 #: ids read 'time-1a2b3c4d5e6f': the kind's short name and a hash of kind, target and change
 ID_PREFIX = {"slurm_time_limit": "time", "gpu_count": "gpus", "idle_culling": "cull",
              "placement": "place", "service_schedule": "svc", "gpu_share": "mig"}  # fmt: skip
@@ -64,17 +64,6 @@ class Window:
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    s = sorted(values)
-    if not s:
-        raise ValueError("quantile of nothing")
-    pos = (len(s) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def cv(values: Sequence[float]) -> float:

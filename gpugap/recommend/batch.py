@@ -4,12 +4,15 @@ count of allocations that leave some of their GPUs idle for most of their life."
 # ruff: noqa: S608  (evidence queries: literals quoted by sql_literal, for people to run)
 from __future__ import annotations
 
-import math
 import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from gpugap.queue.limits import (
+    TIME_MARGIN,
+    TIME_QUANTILE,
+    right_sized_limit,
+)
 from gpugap.recommend.base import (
     MIN_SAVED_GPU_H_PER_WEEK,
     MIN_TO_RECOMMEND,
@@ -19,25 +22,18 @@ from gpugap.recommend.base import (
     evidence_in,
     family_filter,
     hms,
-    quantile,
     said,
     sh,
     slurm_target,
     sql_literal,
 )
+from groundfloor.stats import quantile
 from schemas.models import (
     Recommendation,
     RecommendationChange,
     RecommendationTarget,
 )
 from schemas.types import Scheduler, WorkloadClass
-
-#: --time: this quantile of the completed jobs' elapsed times, plus the margin, rounded up
-TIME_QUANTILE = 0.95
-TIME_MARGIN = 0.20  # jobstats / Job Defense Shield: needed time + 20 %
-TIME_GRANULE_S = 900
-#: a new limit must cut the current one by at least this much to be worth a change
-TIME_MIN_CUT = 0.25
 
 #: a GPU idle (below the idle threshold) in at least this share of its measured minutes is
 #: "idle for most of its life"
@@ -78,19 +74,6 @@ class GpuFamily:
 
 
 # --- (a) Slurm --time per job family ------------------------------------------------------
-
-
-def right_sized_limit(
-    elapsed_s: Sequence[float], limit_s: Sequence[float], timeouts: int
-) -> int | None:
-    """The family's --time by the rule below, or None where the rule leaves the limit alone
-    (a TIMEOUT in the window, too few completed jobs, a cut under a quarter). The queue
-    replay (gpugap.queue) right-sizes limits with this same rule."""
-    if timeouts or len(elapsed_s) < MIN_TO_RECOMMEND["slurm_time_limit"]:
-        return None
-    q = quantile(elapsed_s, TIME_QUANTILE)
-    new = max(TIME_GRANULE_S, math.ceil(q * (1 + TIME_MARGIN) / TIME_GRANULE_S) * TIME_GRANULE_S)
-    return None if new > (1 - TIME_MIN_CUT) * max(limit_s) else new
 
 
 def time_limit(fam: SlurmFamily, w: Window, now: datetime) -> Recommendation | None:

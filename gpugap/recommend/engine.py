@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpugap.recommend import batch, boundary, fit, interactive, placement, services
+from gpugap.recommend import batch, boundary, fit, interactive, placement, queue_freed, services
 from gpugap.recommend.base import Window, rank
 from gpugap.recommend.queries import (
     gpu_families,
@@ -109,6 +109,9 @@ def compute(
     t = time.perf_counter()
     ranked = boundary.annotate(client, w, rank(recs))
     marks["boundary"] = (time.perf_counter() - t) * 1000
+    t = time.perf_counter()
+    ranked = queue_freed.annotate(client, w, ranked)
+    marks["queue"] = (time.perf_counter() - t) * 1000
     if timings is not None:
         timings.update(marks)
     return w, ranked

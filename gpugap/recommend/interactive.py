@@ -17,10 +17,10 @@ from gpugap.recommend.base import (
     build,
     cv,
     evidence_in,
-    quantile,
     said,
     sql_literal,
 )
+from groundfloor.stats import quantile
 from schemas.models import (
     Recommendation,
     RecommendationChange,
