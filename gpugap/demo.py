@@ -111,7 +111,6 @@ class Demo:
     # --- the run ---------------------------------------------------------------------------
 
     def run(self) -> int:
-        from gpugap.report import render, report_for
         from sinks.clickhouse.warehouse import migrate
 
         self.tmp = self.opts.data_dir or Path(tempfile.mkdtemp(prefix="gpugap-demo-"))
@@ -160,11 +159,7 @@ class Demo:
         since = until = None
         if window:
             since, until = (_utc(window["start"]), _utc(window["end"]))
-        report = report_for(ch, since=since, until=until)
-        print()
-        print(render(report, "table"))
-        if self.opts.save_report:
-            self.opts.save_report.write_text(render(report, "json"))
+        report = self._show(ch, since, until)
         if truth_data:
             print()
             print(against_truth(report.breakdown, truth_data))
@@ -173,6 +168,35 @@ class Demo:
         self._where(url, ch)
         self._hold()
         return 0
+
+    def _show(self, ch: ClickHouseSettings, since: Any, until: Any) -> Any:
+        """Print the report with its queue section (and save it as JSON); the report."""
+        from gpugap.queue.report import render_table
+        from gpugap.queue.report import render_with as with_queue
+        from gpugap.report import render, report_for
+
+        report = report_for(ch, since=since, until=until)
+        queue = self._queue(ch, since, until)
+        print()
+        print(render(report, "table") + (f"\n{render_table(queue)}" if queue else ""))
+        if self.opts.save_report:
+            doc = render(report, "json")
+            self.opts.save_report.write_text(with_queue(doc, queue, "json") if queue else doc)
+        return report
+
+    def _queue(self, ch: ClickHouseSettings, since: Any, until: Any) -> Any:
+        """The report's queue section (gpugap report --queue): waits and the padding's cost."""
+        from gpugap.queue.report import build_queue
+        from gpugap.report import open_client
+
+        client = open_client(ch)
+        try:
+            return build_queue(client, since, until)
+        except Exception as exc:  # the demo goes on: the gap report is what it is about
+            self._say(f"queue section: not computed ({exc})")
+            return None
+        finally:
+            client.close()
 
     def _recommendations(self, ch: ClickHouseSettings) -> None:
         """The top recommendations (gpugap recommend compute), after the report."""

@@ -20,9 +20,10 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+from pydantic import SecretStr
 
 from gpugap.services.kafka import LocalKafka, broker_ready
 from groundfloor.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
@@ -357,3 +358,37 @@ def slurm() -> Iterator[SlurmCluster]:
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+# the demo's day (tests/bi/demo_data.py, ~100 s), loaded once for the tests that read it
+@dataclass
+class DemoWarehouse:
+    settings: ClickHouseSettings  # the admin's, on the demo's database
+    admin: Any  # a clickhouse-connect client
+
+    def one(self, sql: str, **params: Any) -> Any:
+        return self.admin.query(sql, parameters=params).result_rows[0][0]
+
+    def rows(self, sql: str, **params: Any) -> list[Any]:
+        return list(self.admin.query(sql, parameters=params).result_rows)
+
+
+@pytest.fixture(scope="session")
+def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWarehouse]:
+    from sinks.clickhouse.warehouse import connect, migrate
+    from tests.bi.demo_data import load
+
+    settings = clickhouse_server.model_copy(
+        update={
+            "database": f"web{uuid.uuid4().hex[:10]}",
+            "readonly_password": clickhouse_server.readonly_password or SecretStr(READER_PASSWORD),
+        }
+    )
+    migrate(settings)
+    load(settings)
+    admin = connect(settings)
+    try:
+        yield DemoWarehouse(settings, admin)
+    finally:
+        admin.command(f"DROP DATABASE IF EXISTS `{settings.database}`")
+        admin.close()

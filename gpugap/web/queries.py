@@ -193,6 +193,21 @@ def padding(f: Filters) -> Query:
     return bind(sql, f.bound())
 
 
+def queue_wait(f: Filters) -> Query:
+    """Work that started in the range, by queue (Slurm partition, Kubernetes namespace): how
+    long it waited for GPUs (v_queue_wait; a gang waits as one)."""
+    sql = (
+        "SELECT cluster, queue, any(scheduler) AS scheduler, count() AS jobs, "
+        "quantileExact(0.5)(wait_s) / 60 AS p50_wait_min, "
+        "quantileExact(0.95)(wait_s) / 60 AS p95_wait_min, avg(wait_s) / 60 AS mean_wait_min, "
+        "sum(gpu_h_waited) AS waited_gpu_h, sum(held_gpu_h) AS held_gpu_h "
+        f"FROM v_queue_wait WHERE start_time >= {{since:{_T}}} AND start_time < {{until:{_T}}} "
+        f"AND {FILTER} GROUP BY cluster, queue "
+        "ORDER BY waited_gpu_h DESC, cluster, queue LIMIT {limit:UInt32}"
+    )
+    return bind(sql, f.bound())
+
+
 EXTENT = Query("SELECT first_day, latest_minute FROM v_data_extent", {})
 OPTIONS = Query(
     "SELECT arraySort(groupUniqArray(200)(cluster)), "
@@ -237,6 +252,7 @@ FILTERED: dict[str, Callable[[Filters], Query]] = {
     "alerts": alerts,
     "unallocated": unallocated,
     "padding": padding,
+    "queue_wait": queue_wait,
 }
 
 

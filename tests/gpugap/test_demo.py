@@ -77,6 +77,16 @@ def test_demo_report_equals_the_ground_truth_and_stops_everything(tmp_path: Path
     for cls, want in t["by_class"].items():
         assert close(got[cls]["allocated_gpu_h"] * 3600, want["allocated_gpu_s"]), (cls, got)
         assert close(got[cls]["consumed_gpu_h"] * 3600, want["consumed_gpu_s"]), (cls, got)
+    # the queue section: the scenario's Slurm jobs waited (submitted before they started) and
+    # each partition is replayed
+    queue = r["queue"]
+    assert "What padded limits cost the queue" in stdout
+    assert any(row["scheduler"] == "slurm" and row["gpu_h_waited"] > 0 for row in queue["by_queue"])
+    assert queue["partitions"], queue
+    for p in queue["partitions"]:
+        assert p["asked"]["jobs"] == p["jobs"] > 0 and p["measured_gpu_h_waited"] > 0, p
+    # (the small day has too few jobs per family for the --time rule: the demo day's are
+    # right-sized, tests/queue/test_demo_queue.py)
     # the demo's MIG GPUs (2 x 3g.40gb each) count one GPU of capacity, 1/7 of it never sliced
     assert t["estate"]["mig_devices"] > 0
     cap, totals = r["capacity"], t["totals"]

@@ -8,17 +8,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
-from groundfloor.settings import ClickHouseSettings
-from tests.conftest import READER_PASSWORD, unavailable
+from tests.conftest import DemoWarehouse, unavailable
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -37,39 +34,6 @@ def chromium_path() -> str | None:
         if found:
             return found
     return "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None
-
-
-@dataclass
-class DemoWarehouse:
-    settings: ClickHouseSettings  # the admin's, on the demo's database
-    admin: Any  # a clickhouse-connect client
-
-    def one(self, sql: str, **params: Any) -> Any:
-        return self.admin.query(sql, parameters=params).result_rows[0][0]
-
-    def rows(self, sql: str, **params: Any) -> list[Any]:
-        return list(self.admin.query(sql, parameters=params).result_rows)
-
-
-@pytest.fixture(scope="session")
-def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWarehouse]:
-    from sinks.clickhouse.warehouse import connect, migrate
-    from tests.bi.demo_data import load
-
-    settings = clickhouse_server.model_copy(
-        update={
-            "database": f"web{uuid.uuid4().hex[:10]}",
-            "readonly_password": clickhouse_server.readonly_password or SecretStr(READER_PASSWORD),
-        }
-    )
-    migrate(settings)
-    load(settings)
-    admin = connect(settings)
-    try:
-        yield DemoWarehouse(settings, admin)
-    finally:
-        admin.command(f"DROP DATABASE IF EXISTS `{settings.database}`")
-        admin.close()
 
 
 @pytest.fixture(scope="session")

@@ -255,6 +255,16 @@ def test_now_tables_and_padding_are_the_views(tab: Tab, demo_warehouse: DemoWare
     )[0]  # fmt: skip
     assert len(table(tab, "t-padding")) == min(padded[0], 25)
     assert tab.value("sum-padding") == pytest.approx(float(padded[1] or 0), abs=1e-3)
+    queues = demo_warehouse.rows(
+        "SELECT cluster, queue, sum(gpu_h_waited) FROM v_queue_wait WHERE "
+        "start_time >= toDateTime({s:UInt32}, 'UTC') AND start_time < toDateTime({u:UInt32}, "
+        "'UTC') GROUP BY cluster, queue",
+        s=since, u=until,
+    )  # fmt: skip
+    shown = {(r["cluster"], r["queue"]): num(r["waited_gpu_h"]) for r in table(tab, "t-queue")}
+    assert queues and set(shown) == {(c, q) for c, q, _ in queues}
+    for c, q, waited in queues:
+        assert shown[c, q] == pytest.approx(waited, abs=0.01), (c, q)
     free = demo_warehouse.rows(
         "SELECT sum(unallocated_gpu_h), sum(unattributed_gpu_h) FROM v_unallocated_hourly "
         "WHERE hour >= toDateTime({s:UInt32}, 'UTC') AND hour < toDateTime({u:UInt32}, 'UTC')",

@@ -192,10 +192,10 @@ const cols = (keys) => keys.map((key) => ({ key, label: key.replace(/_gpu_h$/, "
 
 async function loadEstate(s) {
   const q = apiParams(s);
-  const [sum, ts, split, top, idle, gangs, alerts, free, padding] = await Promise.all([
+  const [sum, ts, split, top, idle, gangs, alerts, free, padding, queue] = await Promise.all([
     api("summary", q), api("timeseries", apiParams(s, { by: s.by })), api("split", q),
     api("top_waste", q), api("idle_now", q), api("partial_gangs", q), api("alerts", q),
-    api("unallocated", q), api("padding", q)]);
+    api("unallocated", q), api("padding", q), api("queue_wait", q)]);
   card("sum-allocated", sum.allocated_gpu_h);
   card("sum-consumed", sum.consumed_gpu_h);
   card("sum-gap", sum.gap_gpu_h);
@@ -226,6 +226,8 @@ async function loadEstate(s) {
   renderTable($("t-padding"), cols(padding.columns), padded, { sortKey: "padding_gpu_h",
     empty: "no Slurm job ended in the range" });
   drawPadding(padded);
+  renderTable($("t-queue"), cols(queue.columns), records(queue), { sortKey: "waited_gpu_h",
+    empty: "no work with a submit time started in the range" });
   return `${fmtTime(s.since)} – ${fmtTime(s.until)} UTC · ${top.rows.length} top allocations`;
 }
 
