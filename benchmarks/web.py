@@ -44,7 +44,7 @@ def _load_synthetic(settings: ClickHouseSettings, rows: int) -> None:
 
 
 def _load_demo(settings: ClickHouseSettings) -> None:
-    from tests.bi.demo_data import load
+    from tests.demo_data import load
 
     _say("loading the demo's day (simulator -> worker's join -> sink, ~100 s)")
     load(settings)

@@ -360,7 +360,7 @@ def slurm() -> Iterator[SlurmCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-# the demo's day (tests/bi/demo_data.py, ~100 s), loaded once for the tests that read it
+# the demo's day (tests/demo_data.py, ~100 s), loaded once for the tests that read it
 @dataclass
 class DemoWarehouse:
     settings: ClickHouseSettings  # the admin's, on the demo's database
@@ -376,7 +376,7 @@ class DemoWarehouse:
 @pytest.fixture(scope="session")
 def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWarehouse]:
     from sinks.clickhouse.warehouse import connect, migrate
-    from tests.bi.demo_data import load
+    from tests.demo_data import load
 
     settings = clickhouse_server.model_copy(
         update={

@@ -2,7 +2,7 @@
 with docker-compose.yml, and every panel's SQL, expanded as Grafana and its ClickHouse plugin
 expand it (tests/bi/grafana.py: interval and template variables; tests/bi/go/macros.go: the
 $__ macros), runs through clickhouse-go v2.47.0 opened as the plugin opens it (HTTP, gzip), as
-the read-only user, on the demo's warehouse (tests/bi/demo_data.py), and returns rows."""
+the read-only user, on the demo's warehouse (tests/demo_data.py), and returns rows."""
 
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ def demo(clickhouse_server: ClickHouseSettings) -> Iterator[Demo]:
 
     from gpugap.simulator import S
     from sinks.clickhouse.warehouse import connect, migrate
-    from tests.bi import demo_data
+    from tests import demo_data
 
     settings = clickhouse_server.model_copy(update={"database": f"t{uuid.uuid4().hex[:10]}"})
     migrate(settings)

@@ -1,5 +1,5 @@
 """The demo day's queue: every Slurm partition shows its wait, and the padding the scenario
-gives its batch jobs is replayed (the demo's warehouse, tests/bi/demo_data.py)."""
+gives its batch jobs is replayed (the demo's warehouse, tests/demo_data.py)."""
 
 from __future__ import annotations
 

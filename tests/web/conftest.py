@@ -1,4 +1,4 @@
-"""The page's tests share one warehouse (the demo's day, tests/bi/demo_data.py, ~100 s), one
+"""The page's tests share one warehouse (the demo's day, tests/demo_data.py, ~100 s), one
 page server over it (as the read-only user) and one headless Chromium (Debian's, driven by
 Playwright; never a browser Playwright downloads). A missing browser or driver fails the
 tests under CI=true and skips them elsewhere, like every other service."""
