@@ -9,7 +9,8 @@
   password is set, else as the configured user in read-only mode (readonly=2), on a few
   threads of their own, each with its own ClickHouse client;
 - it listens on 127.0.0.1 by default and answers only requests addressed to that host (a
-  page elsewhere cannot reach it through DNS rebinding); GET and HEAD only.
+  page elsewhere cannot reach it through DNS rebinding); GET and HEAD only;
+- ``/metrics`` is the gap as Prometheus gauges (``gpugap.web.metrics``), ``/healthz`` liveness.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gpugap.web import DEFAULT_PORT, api, params
+from gpugap.web import DEFAULT_PORT, api, metrics, params
 from gpugap.web.queries import Query
 from groundfloor.settings import ClickHouseSettings
 from schemas.errors import GpugapError, RetriableError
@@ -136,6 +137,7 @@ class Workers:
 
 
 WORKERS_KEY = web.AppKey("workers", Workers)
+EXPORTER_KEY = web.AppKey("exporter", metrics.Exporter)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -191,8 +193,13 @@ def make_app(settings: ClickHouseSettings, host: str = "127.0.0.1") -> web.Appli
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    async def prometheus(request: web.Request) -> web.Response:
+        text = await app[EXPORTER_KEY].text()
+        return web.Response(text=text, headers={"Content-Type": metrics.CONTENT_TYPE})
+
     async def start(app: web.Application) -> None:
         app[WORKERS_KEY] = Workers(reader(settings))
+        app[EXPORTER_KEY] = metrics.Exporter(app[WORKERS_KEY].run)
 
     async def stop(app: web.Application) -> None:
         await asyncio.to_thread(app[WORKERS_KEY].stop)
@@ -201,6 +208,7 @@ def make_app(settings: ClickHouseSettings, host: str = "127.0.0.1") -> web.Appli
     app.on_cleanup.append(stop)
     app.router.add_get("/", index)
     app.router.add_get("/healthz", health)
+    app.router.add_get("/metrics", prometheus)
     app.router.add_get("/static/{name:[A-Za-z0-9_./-]+}", static)
     app.router.add_get("/api/{name:[a-z_]{1,40}}", query)
     return app

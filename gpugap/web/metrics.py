@@ -1,0 +1,150 @@
+"""``/metrics`` of ``gpugap web``: the gap itself as Prometheus gauges, for sites that alert
+with Prometheus (deploy/prometheus/gpugap-rules.yaml has the rules).
+
+Every series comes from the warehouse views through the page's read-only workers. A scrape
+answers from a copy at most ``CACHE_S`` old, so many scrapers cost the warehouse one set of
+queries per ``CACHE_S``; each query returns at most ``MAX_SERIES`` rows. "Now" is the data's
+own: the minute before each cluster's newest stored minute (the newest may still be arriving
+GPU by GPU), and v_idle_now / v_alerts_open as the report reads them.
+"""
+
+# ruff: noqa: S608  (the SQL is this module's constants only)
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpugap.web.queries import Query
+from schemas.errors import GpugapError
+
+log = logging.getLogger("gpugap.web")
+
+CACHE_S = 15.0
+MAX_SERIES = 5000
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATEST = (
+    "(SELECT cluster, max(minute) - INTERVAL 1 MINUTE AS m FROM gpu_minutes "
+    "WHERE minute >= (SELECT latest_minute FROM v_data_extent) - INTERVAL 1 HOUR "
+    "GROUP BY cluster)"
+)
+_NOW = (
+    "SELECT g.cluster AS cluster, g.scheduler AS scheduler, g.workload_class AS "
+    "workload_class, g.team AS team, sum(g.allocated_ms) / 60000 AS allocated, "
+    "sum(g.consumed_ms) / 60000 AS consumed FROM gpu_minutes AS g FINAL "
+    f"WHERE g.minute >= (SELECT latest_minute FROM v_data_extent) - INTERVAL 1 HOUR "
+    f"AND (g.cluster, g.minute) IN {_LATEST} AND g.allocation_id != '' "
+    f"GROUP BY cluster, scheduler, workload_class, team ORDER BY allocated DESC "
+    f"LIMIT {MAX_SERIES}"
+)
+_UNALLOCATED = (
+    "SELECT g.cluster AS cluster, sum(g.unallocated_ms) / 60000 AS unallocated "
+    "FROM gpu_minutes AS g FINAL "
+    "WHERE g.minute >= (SELECT latest_minute FROM v_data_extent) - INTERVAL 1 HOUR "
+    f"AND (g.cluster, g.minute) IN {_LATEST} GROUP BY cluster ORDER BY cluster "
+    f"LIMIT {MAX_SERIES}"
+)
+_IDLE = (
+    "SELECT cluster, scheduler, workload_class, team, sum(gpus) AS gpus, count() AS n "
+    "FROM v_idle_now GROUP BY cluster, scheduler, workload_class, team "
+    f"ORDER BY gpus DESC LIMIT {MAX_SERIES}"
+)
+_ALERTS = (
+    "SELECT cluster, kind, workload_class, team, count() AS n FROM v_alerts_open "
+    f"GROUP BY cluster, kind, workload_class, team ORDER BY n DESC LIMIT {MAX_SERIES}"
+)
+_FRESH = f"SELECT cluster, toUnixTimestamp(m) + 60 AS t FROM {_LATEST} ORDER BY cluster"
+
+_GROUP = ("cluster", "scheduler", "workload_class", "team")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    help: str
+    query: str
+    labels: tuple[str, ...]
+    value: str  # the column
+
+
+FAMILIES: Sequence[Family] = (
+    Family("gpugap_gpus_allocated", "GPU-equivalents allocated in the latest complete minute",
+           _NOW, _GROUP, "allocated"),
+    Family("gpugap_gpus_consumed", "GPU-equivalents consumed (busy) in the latest complete "
+           "minute", _NOW, _GROUP, "consumed"),
+    Family("gpugap_gpus_unallocated", "GPU-equivalents no allocation held in the latest "
+           "complete minute", _UNALLOCATED, ("cluster",), "unallocated"),
+    Family("gpugap_gpus_idle", "GPUs of allocations idle now (v_idle_now)", _IDLE, _GROUP,
+           "gpus"),
+    Family("gpugap_idle_allocations", "allocations idle now (v_idle_now)", _IDLE, _GROUP, "n"),
+    Family("gpugap_alerts_open", "open alerts (v_alerts_open)", _ALERTS,
+           ("cluster", "kind", "workload_class", "team"), "n"),
+    Family("gpugap_data_latest_minute_seconds", "end of the latest complete minute stored, "
+           "Unix time (how fresh the figures above are)", _FRESH, ("cluster",), "t"),
+)  # fmt: skip
+
+Run = Callable[[Query], Awaitable[tuple[list[str], list[Any]]]]
+
+
+def _label(v: Any) -> str:
+    """A label value as the text format escapes it: backslash, quote and newline."""
+    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(v: Any) -> str:
+    f = float(v)
+    return "NaN" if math.isnan(f) else repr(f) if not math.isinf(f) else "+Inf"
+
+
+def render(results: dict[str, tuple[list[str], list[Any]]], up: bool, seconds: float) -> str:
+    lines = []
+    for fam in FAMILIES:
+        lines += [f"# HELP {fam.name} {fam.help}", f"# TYPE {fam.name} gauge"]
+        cols, rows = results.get(fam.query, ([], []))
+        at = {c: i for i, c in enumerate(cols)}
+        for r in rows:
+            labels = ",".join(f'{k}="{_label(r[at[k]])}"' for k in fam.labels)
+            lines.append(f"{fam.name}{{{labels}}} {_number(r[at[fam.value]])}")
+    lines += [
+        "# HELP gpugap_warehouse_up 1 if the last refresh of these figures read the warehouse",
+        "# TYPE gpugap_warehouse_up gauge",
+        f"gpugap_warehouse_up {int(up)}",
+        "# HELP gpugap_metrics_refresh_seconds how long the last refresh took",
+        "# TYPE gpugap_metrics_refresh_seconds gauge",
+        f"gpugap_metrics_refresh_seconds {seconds:.3f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class Exporter:
+    """The text of /metrics, refreshed at most every CACHE_S (one refresh at a time)."""
+
+    def __init__(self, run: Run, cache_s: float = CACHE_S) -> None:
+        self.run = run
+        self.cache_s = cache_s
+        self._text = ""
+        self._at = -math.inf
+        self._lock = asyncio.Lock()
+
+    async def text(self) -> str:
+        async with self._lock:
+            if time.monotonic() - self._at >= self.cache_s:
+                self._text = await self._refresh()
+                self._at = time.monotonic()
+            return self._text
+
+    async def _refresh(self) -> str:
+        started = time.monotonic()
+        queries = list(dict.fromkeys(f.query for f in FAMILIES))
+        try:
+            answers = await asyncio.gather(*(self.run(Query(q, {})) for q in queries))
+        except GpugapError as exc:
+            # the families stay declared, without series; gpugap_warehouse_up says so
+            log.warning("/metrics: the warehouse did not answer: %s", exc)
+            return render({}, False, time.monotonic() - started)
+        return render(dict(zip(queries, answers, strict=True)), True, time.monotonic() - started)
