@@ -49,8 +49,10 @@ def page_url(demo_warehouse: DemoWarehouse) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """A headless Chromium context with a fresh profile of its own."""
+def browser(demo_warehouse: DemoWarehouse) -> Iterator[Any]:
+    """A headless Chromium context with a fresh profile of its own. Playwright's sync API keeps
+    an event loop running in the main thread from here to the session's end, and
+    ``asyncio.run`` refuses to start under it: the demo's warehouse (loaded with it) first."""
     exe = chromium_path()
     if exe is None:
         unavailable("Chromium is not installed (apt-get install chromium)")

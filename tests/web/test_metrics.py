@@ -6,13 +6,15 @@ gpugap_warehouse_up 0, not a failed scrape."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -23,6 +25,8 @@ from gpugap.web.queries import Query
 from schemas.errors import RetriableError
 from tests.prometheus import Prometheus, PrometheusBuildError, ensure_built
 from tests.web.conftest import DemoWarehouse
+
+T = TypeVar("T")
 
 RULES = Path(__file__).parents[2] / "deploy" / "prometheus" / "gpugap-rules.yaml"
 
@@ -119,6 +123,13 @@ def query(prom: Prometheus, expr: str) -> list[Any]:
     return result
 
 
+def run_alone(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` in a thread of its own: the session's Playwright browser (sync API) keeps
+    an event loop running in the main thread once a page test has started it."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def test_hostile_label_values_stay_one_label_and_a_dead_warehouse_is_up_0() -> None:
     team = 'x"} 1\ngpugap_fake{a="\\'
     cols = ["cluster", "scheduler", "workload_class", "team", "allocated", "consumed"]
@@ -128,7 +139,7 @@ def test_hostile_label_values_stay_one_label_and_a_dead_warehouse_is_up_0() -> N
             return [], []
         return cols, [["c", "slurm", "batch", team, 2.0, 1.0]]
 
-    text = asyncio.run(metrics.Exporter(answers).text())
+    text = run_alone(metrics.Exporter(answers).text())
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     assert "gpugap_fake" not in fams
     (sample,) = fams["gpugap_gpus_allocated"].samples
@@ -142,8 +153,8 @@ def test_hostile_label_values_stay_one_label_and_a_dead_warehouse_is_up_0() -> N
         raise RetriableError("ClickHouse is unavailable: connection refused")
 
     exporter = metrics.Exporter(down)
-    text = asyncio.run(exporter.text())
+    text = run_alone(exporter.text())
     assert "gpugap_warehouse_up 0" in text and "# TYPE gpugap_gpus_allocated gauge" in text
     first = calls
-    asyncio.run(exporter.text())  # within CACHE_S: answered from the copy
+    run_alone(exporter.text())  # within CACHE_S: answered from the copy
     assert calls == first
