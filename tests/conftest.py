@@ -33,6 +33,7 @@ from tests.slurm_cluster import SlurmCluster
 
 if TYPE_CHECKING:
     from tests.kafka_tls import TlsBroker
+    from tests.kube_apiserver import KubeApiServer
 
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 M = TypeVar("M", bound=Record)
@@ -392,3 +393,31 @@ def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWareho
     finally:
         admin.command(f"DROP DATABASE IF EXISTS `{settings.database}`")
         admin.close()
+
+
+# --- a real kube-apiserver + etcd (tests/kube_apiserver.py), for tests/producers and tests/deploy
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
+    """etcd + kube-apiserver for the session, with deploy/kubernetes-producer-rbac.yaml applied
+    and a token of the producer's ServiceAccount (``kube.kubeconfig(path)``); the test's own
+    requests go through ``kube.admin`` (system:masters). The first session builds the binaries
+    (minutes); a build or start that fails fails the tests under CI=true."""
+    from tests.kube_apiserver import ApiError, KubeApiServer, KubeUnavailable, build
+
+    try:
+        build()
+    except (KubeUnavailable, OSError) as exc:
+        unavailable(f"could not build kube-apiserver and etcd: {exc}")
+    server = KubeApiServer(tmp_path_factory.mktemp("kube"))
+    try:
+        server.start()
+        server.install_producer_identity()
+    except (KubeUnavailable, ApiError, OSError) as exc:
+        server.stop()
+        unavailable(f"could not start kube-apiserver and etcd: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
