@@ -95,6 +95,8 @@ def _worker(args: argparse.Namespace) -> int:
     )
 
 
+DEFAULT_DURATION = 300.0
+
 #: the ``scale`` estate's size (1,350 8-GPU nodes), at real time over 2 workers
 SCALE_LIVE_NODES = 1350
 
@@ -110,6 +112,15 @@ def _scale(args: argparse.Namespace) -> int:
         nodes = args.live_nodes or SCALE_LIVE_NODES
         bench_latency(args.duration, nodes, "faust", workers=2)
     return code
+
+
+def _soak(args: argparse.Namespace) -> int:
+    """The ``scale`` estate at real time over 2 workers for ``--duration`` (default 30 min
+    here), a line a minute: memory, lag, latency, dead letters; PASS or FAIL at the end."""
+    from benchmarks.soak import NODES, main
+
+    duration = args.duration if args.duration != DEFAULT_DURATION else 1800.0
+    return main(duration, args.live_nodes or NODES)
 
 
 def _alerts(args: argparse.Namespace) -> int:
@@ -135,6 +146,7 @@ SUBJECTS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": _worker,
     "scale": _scale,
     "alerts": _alerts,
+    "soak": _soak,
 }
 
 
@@ -148,8 +160,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--duration",
         type=float,
-        default=300.0,
-        help="worker, alerts, scale: latency run, seconds (0 = none)",
+        default=DEFAULT_DURATION,
+        help="worker, alerts, scale: latency run, seconds (0 = none); soak: default 1800",
     )
     p.add_argument(
         "--live-nodes",

@@ -30,9 +30,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from benchmarks.processes import metrics, stop
 from gpugap.services.kafka import free_port
@@ -54,6 +56,17 @@ from schemas.types import (
 CLUSTER = "bench"
 HISTORY_S = 11 * 60  # published first: an alert needs 10 idle minutes
 IDLE_SHARE = 10  # every 10th node's job goes idle
+
+
+@dataclass(frozen=True)
+class Run:
+    """The running parts a watcher may look at: the topics, the warehouse, the processes
+    by name (``worker0``.., ``sink``, ``notify``) and the workers' ``/metrics`` ports."""
+
+    kafka: KafkaSettings
+    clickhouse: ClickHouseSettings
+    pids: dict[str, int]
+    worker_ports: list[int]
 
 
 @dataclass
@@ -80,6 +93,10 @@ class Seen:
     opened: dict[str, float] = field(default_factory=dict)
     #: OPEN records on alerts.v1 whose alert id had opened before (a replay: at-least-once)
     reopened: int = 0
+
+
+#: a watcher run beside the measuring ones until the live part ends (``stop`` is set)
+Watch = Callable[[Seen, asyncio.Event], Coroutine[Any, Any, None]]
 
 
 def _uuid(node: int, gpu: int) -> str:
@@ -284,6 +301,7 @@ async def _run(
     *,
     worker_ports: list[int],
     alertmanager: str | None = None,
+    extra: Watch | None = None,
 ) -> Seen:
     seen, stop = Seen(), asyncio.Event()
     watchers = [
@@ -293,6 +311,8 @@ async def _run(
     ]
     if alertmanager is not None:
         watchers.append(asyncio.create_task(watch_alertmanager(alertmanager, seen, stop)))
+    if extra is not None:
+        watchers.append(asyncio.create_task(extra(seen, stop)))
     try:
         await produce(kafka, estate, live_start, end)
         await asyncio.sleep(5)  # the last due rows and alerts come through
@@ -310,10 +330,13 @@ def bench_latency(
     *,
     workers: int = 1,
     alertmanager: bool = False,
+    watch: Callable[[Run], Watch] | None = None,
 ) -> list[str]:
     """``workers``: Faust workers of one group, over topics of as many partitions.
     ``alertmanager``: also a real Alertmanager and ``gpugap notify alertmanager`` (from a
-    source checkout: built like the tests build it), and when each alert shows in its API."""
+    source checkout: built like the tests build it), and when each alert shows in its API.
+    ``watch``: given the running parts, a coroutine run beside the measuring ones for the
+    live part (the soak's minute-by-minute report)."""
     from gpugap.services.clickhouse.process import EmbeddedClickHouse
     from gpugap.services.kafka import LocalKafka
     from groundfloor.settings import ServicesSettings
@@ -374,6 +397,16 @@ def bench_latency(
                     live_start + duration_s,
                     worker_ports=ports,
                     alertmanager=am.url if am is not None else None,
+                    extra=None
+                    if watch is None
+                    else watch(
+                        Run(
+                            kafka,
+                            ch,
+                            {n: p.pid for (n, _), p in zip(parts, procs, strict=True)},
+                            ports,
+                        )
+                    ),
                 )
             )
             for (name, _), p in zip(parts, procs, strict=True):

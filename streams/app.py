@@ -103,6 +103,9 @@ def create_app(
         topic_partitions=1,
         table_standby_replicas=0,
         topic_allow_declare=True,
+        # nothing here runs on the leader only; Faust's leader topic would be made with its
+        # default replication factor, 1: an offline partition once that broker is lost
+        topic_disable_leader=True,
         broker_max_poll_records=opts.max_records,
         broker_commit_interval=opts.commit_interval_s,
         broker_session_timeout=opts.session_timeout_s,
