@@ -57,8 +57,7 @@ async def dead_letters(kafka: KafkaSettings) -> int:
 class Soak:
     """The minute-by-minute report, and the figures the verdict needs."""
 
-    def __init__(self, minutes: int) -> None:
-        self.minutes = minutes
+    def __init__(self) -> None:
         self.rss: dict[str, list[float]] = {}
         self.lag_max: list[float] = []
         self.dead: list[int] = []
@@ -136,7 +135,7 @@ class Soak:
 
 
 def main(duration_s: float = 1800.0, nodes: int = NODES) -> int:
-    soak = Soak(int(duration_s // 60))
+    soak = Soak()
     print(
         f"soak: {nodes:,} 8-GPU nodes every 10 s for {duration_s / 60:.0f} min over {WORKERS} "
         "workers, the sink and the embedded ClickHouse; a line a minute",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 from groundfloor.settings import ServicesSettings
+from tests.go_build import find_go, run
 
 VERSION = "4.3.2"
 MODULE = "helm.sh/helm/v4"
@@ -34,26 +34,6 @@ def cache_path(cache_dir: Path | None = None) -> Path:
     return cache / f"helm-{VERSION}"
 
 
-def _go() -> str:
-    for candidate in (shutil.which("go"), "/usr/local/go/bin/go"):
-        if candidate and Path(candidate).exists():
-            return candidate
-    raise HelmBuildError(
-        "Go is needed once to build helm from the Go module proxy; install it "
-        "(https://go.dev/dl) or put `go` on PATH"
-    )
-
-
-def _run(cmd: list[str], timeout: float = 3600, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env
-    )
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
-        raise HelmBuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
-    return proc.stdout.strip()
-
-
 def ensure_built(cache_dir: Path | None = None) -> Path:
     """The cached ``helm`` binary, else built now (once, under a lock)."""
     root = cache_path(cache_dir)
@@ -65,7 +45,7 @@ def ensure_built(cache_dir: Path | None = None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another session building: wait for it
         if exe.exists():
             return exe
-        go = _go()
+        go = find_go(HelmBuildError, "helm")
         print(
             f"building helm {VERSION} from the Go module proxy into {root} "
             "(once, a few minutes on 2 cores)...",
@@ -76,7 +56,8 @@ def ensure_built(cache_dir: Path | None = None) -> Path:
         with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
             env = {**os.environ, "GOBIN": tmp, "GOFLAGS": "-buildvcs=false"}
             env.setdefault("GOTOOLCHAIN", "auto")
-            _run([go, "install", "-trimpath", "-ldflags=-s -w", f"{COMMAND}@v{VERSION}"], env=env)
+            cmd = [go, "install", "-trimpath", "-ldflags=-s -w", f"{COMMAND}@v{VERSION}"]
+            run(cmd, HelmBuildError, env=env)
             Path(tmp, "helm").rename(exe)  # atomic: never a half-built binary in place
         print(f"built helm in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
     return exe

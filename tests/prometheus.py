@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from groundfloor.settings import ServicesSettings
+from tests.go_build import find_go, run
 from tests.prom_process import PromProcess
 
 VERSION = "0.316.0"
@@ -38,26 +37,6 @@ def cache_path(cache_dir: Path | None = None) -> Path:
     return cache / f"prometheus-{VERSION}"
 
 
-def _go() -> str:
-    for candidate in (shutil.which("go"), "/usr/local/go/bin/go"):
-        if candidate and Path(candidate).exists():
-            return candidate
-    raise PrometheusBuildError(
-        "Go is needed once to build Prometheus from the Go module proxy; install it "
-        "(https://go.dev/dl) or put `go` on PATH"
-    )
-
-
-def _run(cmd: list[str], timeout: float = 3600, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env
-    )
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
-        raise PrometheusBuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
-    return proc.stdout.strip()
-
-
 def ensure_built(cache_dir: Path | None = None) -> tuple[Path, Path]:
     """(prometheus, promtool): the cached binaries, else built now (once, under a lock)."""
     root = cache_path(cache_dir)
@@ -69,7 +48,7 @@ def ensure_built(cache_dir: Path | None = None) -> tuple[Path, Path]:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another session building: wait for it
         if all(exe.exists() for exe in exes):
             return exes[0], exes[1]
-        go = _go()
+        go = find_go(PrometheusBuildError, "Prometheus")
         print(
             f"building Prometheus {VERSION} and promtool from the Go module proxy into {root} "
             "(once, about 8 min on 2 cores)...",
@@ -79,7 +58,11 @@ def ensure_built(cache_dir: Path | None = None) -> tuple[Path, Path]:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
             env = {**os.environ, "GOBIN": tmp, "GOFLAGS": "-buildvcs=false"}
-            _run([go, "install", *(f"{MODULE}/cmd/{t}@v{VERSION}" for t in TOOLS)], env=env)
+            run(
+                [go, "install", *(f"{MODULE}/cmd/{t}@v{VERSION}" for t in TOOLS)],
+                PrometheusBuildError,
+                env=env,
+            )
             for tool, exe in zip(TOOLS, exes, strict=True):
                 Path(tmp, tool).rename(exe)  # atomic: never a half-built binary in place
         print(f"built Prometheus in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
@@ -91,8 +74,9 @@ def load_openmetrics(promtool: Path, text: str, tsdb: Path) -> None:
     tsdb.mkdir(parents=True, exist_ok=True)
     source = tsdb.parent / f"{tsdb.name}.om"
     source.write_text(text)
-    _run(
+    run(
         [str(promtool), "tsdb", "create-blocks-from", "openmetrics", str(source), str(tsdb)],
+        PrometheusBuildError,
         timeout=300,
     )
 
