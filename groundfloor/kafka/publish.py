@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
+import os
 import sys
 from abc import ABC, abstractmethod
 from datetime import datetime
@@ -19,6 +21,8 @@ from groundfloor.kafka.admin import ensure_topics
 from groundfloor.settings import KafkaSettings
 from schemas import Record, Topic, decode, encode
 from schemas.errors import RetriableError
+
+log = logging.getLogger(__name__)
 
 _PARTITIONER = DefaultPartitioner()
 
@@ -235,8 +239,10 @@ class JsonlPublisher(Publisher):
         if self.out == "-":
             self._fh = sys.stdout.buffer
         else:
-            Path(self.out).parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.out, "ab")  # noqa: SIM115 - closed in close()
+            path = Path(self.out)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _drop_torn_last_line(path)
+            self._fh = open(path, "ab")  # noqa: SIM115 - closed in close()
 
     async def send(self, topic: Topic[Any], record: Record) -> None:
         assert self._fh is not None, "start() the publisher first"
@@ -291,6 +297,39 @@ class JsonlPublisher(Publisher):
         if self._fh is not None and self._fh is not sys.stdout.buffer:
             self._fh.close()
         self._fh = None
+
+
+def _drop_torn_last_line(path: Path) -> None:
+    """Appending after a run that was killed mid-write would glue the next record onto the
+    half-written one and spoil both lines. That half line was never flushed as a whole, so no
+    checkpoint counts it (the backfill marks a chunk done only after a flush): cut it off."""
+    try:
+        fh = open(path, "r+b")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return
+    with fh:
+        end = fh.seek(0, os.SEEK_END)
+        if end == 0:
+            return
+        fh.seek(end - 1)
+        if fh.read(1) == b"\n":
+            return
+        keep, pos = 0, end
+        while pos > 0:  # back to the last newline, 64 KiB at a time
+            start = max(0, pos - 65536)
+            fh.seek(start)
+            nl = fh.read(pos - start).rfind(b"\n")
+            if nl >= 0:
+                keep = start + nl + 1
+                break
+            pos = start
+        fh.truncate(keep)
+    log.warning(
+        "%s ended in a half-written line (%d bytes, left by a run that was killed mid-write):"
+        " removed it; its records are written again",
+        path,
+        end - keep,
+    )
 
 
 def open_publisher(out: str | None, settings: KafkaSettings) -> Publisher:

@@ -52,6 +52,27 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.parametrize("torn", [b"", b'{"topic":"gpu.samples.v1","key":"c1/n', b"x" * 200_000])
+def test_appending_after_a_killed_run_cuts_off_its_half_written_line(
+    tmp_path: Path, torn: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = tmp_path / "out.jsonl"
+    asyncio.run(run_producer(Ticker(load()), JsonlPublisher(out), once=True))
+    whole = out.read_bytes()
+    out.write_bytes(whole + torn)  # what a SIGKILL mid-write leaves
+    asyncio.run(run_producer(Ticker(load()), JsonlPublisher(out), once=True))
+    rows = lines(out)  # every line parses
+    assert len(rows) == 4 and out.read_bytes().startswith(whole)
+    assert ("half-written" in caplog.text) == bool(torn)
+
+
+def test_a_file_that_is_one_half_written_line_is_emptied(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b'{"topic":"gpu.samples')
+    asyncio.run(run_producer(Ticker(load()), JsonlPublisher(out), once=True))
+    assert len(lines(out)) == 2
+
+
 def test_once_writes_one_tick_as_jsonl_in_the_replay_envelope(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     p = Ticker(load())
