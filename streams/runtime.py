@@ -38,8 +38,11 @@ from streams.join import Join
 
 log = logging.getLogger(__name__)
 
-#: how long reading offsets the engine skipped may take before the batch fails (and is retried)
+#: how long reading offsets the engine skipped may take before the batch fails (the state
+#: is then dropped and restored: ``WorkerRuntime._failed``)
 FILL_TIMEOUT_S = 30.0
+#: a failure that repeats is logged once in this long, with its count
+FAILURE_LOG_EVERY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,13 @@ class WorkerRuntime:
         self.last_input = time.monotonic()
         self.last_checkpoint = time.monotonic()
         self.stopping = False
+        #: partition -> the offset after the last record the engine delivered (kept when the
+        #: state is dropped after a failure: ``_failed``), and what to read back once restored
+        self.delivered: dict[Any, int] = {}
+        self.refill: dict[Any, int] = {}
+        self._closing: asyncio.Task[None] | None = None  # the publisher replaced after one
+        self._failures_logged = 0
+        self._failure_logged = -FAILURE_LOG_EVERY_S
         #: the generation whose partitions were last revoked, and the one the Join's shards
         #: were restored in: a Join holds the shards of one assignment only
         self.revoked_generation: int | None = None
@@ -168,6 +178,7 @@ class WorkerRuntime:
         # mergers wait for every shard's final mark, sent by a flush even with nothing read
         self.flushed = False
         await self._seek_globals(restored)
+        await self._refill()
         self.ready_generation = self.engine.generation()
         # an assignment is work: in a group that winds down with --idle-timeout, a worker
         # idle since before it was handed another's shards must not exit before their
@@ -226,6 +237,8 @@ class WorkerRuntime:
         # set first, even with nothing restored: a batch of this generation that waited for
         # the lock must not restore the old assignment afterwards
         self.revoked_generation = self.engine.generation()
+        # Faust delivers the next assignment from the committed offsets again
+        self.delivered, self.refill = {}, {}
         if not self.ready or not any(tp.topic in self.inputs for tp in revoked):
             return
         async with self.lock:
@@ -240,6 +253,61 @@ class WorkerRuntime:
         self._forget()
 
     async def on_batch(self, events: list[Any]) -> None:
+        try:
+            await self._on_batch(events)
+        except Exception as exc:
+            await self._failed("a batch", exc)
+
+    async def _failed(self, what: str, exc: Exception) -> None:
+        """Something beside a record's own processing failed (Kafka refused or timed out a
+        write, the state could not be read): the outputs of records the state has taken may
+        be lost, so that state must never be stored nor its records acked. It is dropped
+        unstored; the next batch or tick restores the last checkpoint and reads again from
+        its offsets (what is written twice replaces itself downstream). Not raised: Faust
+        would restart the agent (or end the timer) on top of the same state."""
+        stats = self.join.stats
+        stats.restores_after_failure += 1
+        n = stats.restores_after_failure
+        now = time.monotonic()
+        if now - self._failure_logged >= FAILURE_LOG_EVERY_S:  # not twice a second for long
+            since, self._failure_logged = n - self._failures_logged, now
+            self._failures_logged = n
+            log.error(
+                "%s failed (%s: %s; %d failure(s) since the last such line): this worker's "
+                "state is dropped unstored; it restores the last checkpoint and reads its "
+                "input again from there. If this repeats, check that Kafka is reachable and "
+                "the worker's topics are writable",
+                what,
+                type(exc).__name__,
+                exc,
+                since,
+            )
+        async with self.lock:
+            if self.ready:
+                # what Faust has delivered since the last checkpoint it will not deliver
+                # again: read it back ourselves once restored (``_refill``)
+                self.refill = dict(self.delivered)
+            self._drop_state()
+            # a producer that failed may be left unable to send (an idempotent producer's
+            # sequence numbers after a lost batch): the next state writes with a new one
+            old, self.pub = self.pub, KafkaPublisher(self.kafka)
+            self.join.pub = self.join.dl.publisher = self.pub
+            self._closing = asyncio.create_task(_close_quietly(old))
+
+    async def _refill(self) -> None:
+        """After a failure: read again what Faust delivered past the restored state."""
+        refill, self.refill = self.refill, {}
+        assigned = self.engine.assignment()
+        tps = [tp for tp in refill if tp in assigned]
+        if not tps:
+            return
+        starts = await self._positions(tps)
+        for tp in tps:
+            if starts[tp] < refill[tp]:
+                await self._fill(tp, starts[tp], refill[tp])
+            self.expect[tp] = self.next[tp] = max(starts[tp], refill[tp])
+
+    async def _on_batch(self, events: list[Any]) -> None:
         # events fetched before a rebalance: Faust seeks back to the committed offsets and
         # delivers them again in the new generation
         generation = self.engine.generation()
@@ -273,6 +341,7 @@ class WorkerRuntime:
                     await self._fill(tp, want, m.offset)
                 self.expect[tp] = m.offset + 1
                 self.next[tp] = m.offset + 1
+                self.delivered[tp] = m.offset + 1
                 await self.join.ingest(tp, RawMessage.of(m), ev)
             await self._pull_globals()
             self.join.stats.last_poll = time.monotonic()
@@ -441,6 +510,12 @@ class WorkerRuntime:
 
     async def tick(self) -> None:
         """Every half second: checkpoint what the agent left, flush and stop when idle."""
+        try:
+            await self._tick()
+        except Exception as exc:
+            await self._failed("a tick", exc)
+
+    async def _tick(self) -> None:
         if self.stopping:
             return
         if not self.ready:
@@ -498,3 +573,11 @@ class WorkerRuntime:
         for consumer in (self._filler, self._side):
             if consumer is not None:
                 await consumer.stop()
+
+
+async def _close_quietly(pub: KafkaPublisher) -> None:
+    """Stop a publisher that failed; what it still holds is sent again by the restored state."""
+    try:
+        await pub.close()
+    except Exception as exc:
+        log.debug("the failed publisher closed with %r", exc)

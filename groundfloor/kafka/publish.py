@@ -176,6 +176,11 @@ class KafkaPublisher(Publisher):
                 raise ValueError(f"a record of {len(value or b'')} bytes exceeds the batch size")
         self.sent += 1
         if self._linger is None or self._linger.done():
+            if self._linger is not None:
+                # a linger-time send that failed lost its batch: say so to the caller now,
+                # not never (a new task would drop the old one's exception unread)
+                linger, self._linger = self._linger, None
+                linger.result()
             # a record never waits in a half-full batch for longer than linger_ms
             self._linger = asyncio.create_task(self._ship_after_linger())
 
@@ -194,7 +199,14 @@ class KafkaPublisher(Publisher):
         async with self._ship_lock:
             batch = self._batches.pop((topic, partition), None)
             if batch is not None and batch.record_count():
-                fut = await self._producer.send_batch(batch, topic, partition=partition)
+                try:
+                    fut = await self._producer.send_batch(batch, topic, partition=partition)
+                except Exception as exc:
+                    raise RetriableError(
+                        f"{topic}[{partition}]: a batch of {batch.record_count()} record(s) "
+                        f"could not be handed to Kafka ({type(exc).__name__}: {exc}); they "
+                        "were not sent"
+                    ) from exc
                 self._in_flight.append(fut)
 
     async def _ship_all(self) -> None:

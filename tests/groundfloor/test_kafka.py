@@ -124,3 +124,44 @@ def test_bad_records_go_to_dead_letter_with_reasons_and_good_ones_flow(
         assert d.partition == 0 and d.offset is not None and d.consumer == "dlq-test"
         assert d.key_b64 == base64.b64encode(b"c/n").decode()
     assert sorted(d.offset for d in dead if d.source_topic == v1) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("then", ["send", "flush"])
+def test_a_batch_the_linger_could_not_send_is_an_error_not_a_silent_loss(
+    kafka: KafkaSettings, then: str
+) -> None:
+    # what aiokafka's send_batch raises when the partition's metadata or room in its
+    # accumulator does not come in time (a broker down): once, in the linger-time send
+    from aiokafka.errors import KafkaTimeoutError
+
+    from schemas.errors import RetriableError
+
+    sample = next(node_samples(1, nodes=1))
+
+    async def scenario() -> None:
+        await create_topics(kafka, [SAMPLES.name])
+        async with KafkaPublisher(kafka) as pub:
+            real = pub._producer.send_batch
+            calls = 0
+
+            async def fails_once(*args: object, **kwargs: object) -> object:
+                nonlocal calls
+                calls += 1
+                if calls == 1:
+                    raise KafkaTimeoutError("no metadata within the request timeout")
+                return await real(*args, **kwargs)
+
+            pub._producer.send_batch = fails_once
+            await pub.send(SAMPLES, sample)
+            await asyncio.sleep(10 * kafka.linger_ms / 1000 + 0.05)  # the linger ran, failed
+            assert calls == 1
+            with pytest.raises(RetriableError, match=r"a batch of 1 record\(s\).*not sent"):
+                if then == "send":
+                    await pub.send(SAMPLES, sample)
+                else:
+                    await pub.flush()
+            await pub.send(SAMPLES, sample)  # and it goes on: the next batch is sent
+            await pub.flush()
+            assert calls == 2
+
+    asyncio.run(scenario())

@@ -270,6 +270,12 @@ def verify(
         ).result_rows
     finally:
         client.close()
+    # per allocation first: a failure then names the allocation, not only its class
+    per_alloc = {r[3]: (r[4] * 3600, r[5] * 3600) for r in rows}
+    for a in truth["allocations"]:
+        g = per_alloc.get(a["id"], (0.0, 0.0))
+        assert close(g[0], a["allocated_gpu_s"]) and close(g[1], a["consumed_gpu_s"]), (a, g)
+    assert set(per_alloc) == {a["id"] for a in truth["allocations"]}
     dims = {"by_class": 0, "by_scheduler": 1, "by_team": 2}
     for name, i in dims.items():
         got: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -279,11 +285,6 @@ def verify(
         for k, want in truth[name].items():
             assert close(got[k][0], want["allocated_gpu_s"]), (name, k, got[k], want)
             assert close(got[k][1], want["consumed_gpu_s"]), (name, k, got[k], want)
-    per_alloc = {r[3]: (r[4] * 3600, r[5] * 3600) for r in rows}
-    for a in truth["allocations"]:
-        g = per_alloc.get(a["id"], (0.0, 0.0))
-        assert close(g[0], a["allocated_gpu_s"]) and close(g[1], a["consumed_gpu_s"]), (a, g)
-    assert set(per_alloc) == {a["id"] for a in truth["allocations"]}
 
     # every idle episode and partial gang: exactly one alert, in time, resolved when it ended
     n = truth["idle"]["minutes"]

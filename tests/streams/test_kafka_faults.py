@@ -406,8 +406,12 @@ def test_pipeline_survives_broker_faults(
     # what the faults must not cost: records judged late (they were not, before the faults)
     assert dead.get("late", 0) == 0, dead
 
-    verify(clickhouse, json.loads(truth.read_text()), alerts_exactly_once=True)
-    assert_one_row_per_minute(clickhouse)
+    try:
+        verify(clickhouse, json.loads(truth.read_text()), alerts_exactly_once=True)
+        assert_one_row_per_minute(clickhouse)
+    except AssertionError as exc:  # CI keeps only the output: what the processes said
+        said = "\n".join(f"--- {n} log ---\n{_tail(path, 60)}" for n, path in logs.items())
+        raise AssertionError(f"{exc}\n{said}") from exc
     replicas = {
         d["topic"]: len(d["partitions"][0]["replicas"])
         for d in cluster.describe()

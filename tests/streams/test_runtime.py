@@ -16,8 +16,9 @@ from streams.app import AppOptions, FaustEngine
 from streams.runtime import WorkerRuntime
 
 
-class Restores(Exception):
-    """Raised where the runner would restore shards (and reach Kafka)."""
+class Restores(BaseException):
+    """Raised where the runner would restore shards (and reach Kafka). Not an Exception:
+    the runtime's failure handling (``WorkerRuntime._failed``) must let it through."""
 
 
 def runner(monkeypatch: pytest.MonkeyPatch) -> WorkerRuntime:
@@ -33,7 +34,10 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> WorkerRuntime:
 
 def batch(generation: int, partition: int = 4) -> list[Any]:
     tp = TP(SAMPLES.name, partition)
-    message = SimpleNamespace(tp=tp, offset=0, generation_id=generation)
+    message = SimpleNamespace(
+        tp=tp, topic=tp.topic, partition=partition, offset=0, key=b"c1/n1", value=b"{}",
+        generation_id=generation,
+    )  # fmt: skip
     return [SimpleNamespace(message=message)]
 
 
@@ -68,3 +72,63 @@ def test_shards_restored_in_another_generation_are_dropped_unstored(
     with pytest.raises(Restores):
         asyncio.run(r.on_batch(batch(3)))
     assert r.join is not old_join and not r.ready
+
+
+def test_a_batch_that_fails_outside_a_record_drops_the_state_unstored(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # e.g. Kafka refused the outputs of records the state has taken: storing that state (or
+    # acking its records) would lose those outputs for good
+    from schemas.errors import RetriableError
+
+    r = runner(monkeypatch)
+    r.ready, r.ready_generation = True, 3
+    r.engine.app.consumer_generation_id = 3
+    old_join = r.join
+
+    async def refused(*args: Any, **kwargs: Any) -> None:
+        raise RetriableError("gpu.minutes.v1[0]: a batch of 9 record(s) could not be sent")
+
+    async def store() -> None:
+        raise AssertionError("a state whose outputs may be lost is never stored")
+
+    async def positions(tps: list[Any]) -> dict[Any, int]:
+        return dict.fromkeys(tps, 0)
+
+    async def ready() -> None:  # as the real one: nothing to do once restored
+        if not r.ready:
+            raise Restores
+
+    monkeypatch.setattr(r, "_ready", ready)
+    monkeypatch.setattr(r, "_store", store)
+    monkeypatch.setattr(r, "_positions", positions)
+    monkeypatch.setattr(old_join, "ingest", refused)
+    asyncio.run(r.on_batch(batch(3)))  # not raised: Faust would restart the agent on it
+    assert r.join is not old_join and not r.ready and r.join.stats.restores_after_failure == 1
+    # a fresh producer for the restored state, and what Faust delivered is read back
+    assert r.join.pub is r.pub and r.join.dl.publisher is r.pub and r.pub is not old_join.pub
+    assert r.refill == {TP(SAMPLES.name, 4): 1}
+    assert "dropped unstored" in caplog.text and "a batch of 9 record(s)" in caplog.text
+    with pytest.raises(Restores):  # the next batch restores the last checkpoint
+        asyncio.run(r.on_batch(batch(3)))
+
+
+def test_a_failing_restore_is_retried_and_logged_once_in_a_while(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from schemas.errors import RetriableError
+
+    r = runner(monkeypatch)
+    r.engine.app.consumer_generation_id = 1
+    tries = 0
+
+    async def unreadable() -> None:
+        nonlocal tries
+        tries += 1
+        raise RetriableError("state topic: not read to its end within 120s")
+
+    monkeypatch.setattr(r, "_ready", unreadable)
+    for _ in range(5):
+        asyncio.run(r.on_batch(batch(1)))
+    assert tries == 5 and r.join.stats.restores_after_failure == 5 and not r.ready
+    assert caplog.text.count("dropped unstored") == 1  # not a line for every retry
