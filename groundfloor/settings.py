@@ -268,11 +268,16 @@ class ClickHouseSettings(BaseSettings):
     readonly_password: SecretStr | None = Field(
         default=None, description="enables the read-only user (the embedded endpoint)"
     )
+    readonly_password_file: Path | None = None
 
     @model_validator(mode="after")
     def _secret_file(self) -> Self:
         pw = read_secret(self.password, self.password_file, "the ClickHouse password")
         object.__setattr__(self, "password", pw)
+        ro = read_secret(
+            self.readonly_password, self.readonly_password_file, "the read-only user's password"
+        )
+        object.__setattr__(self, "readonly_password", ro)
         return self
 
 

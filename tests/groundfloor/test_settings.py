@@ -56,6 +56,24 @@ def test_secrets_from_env_or_file_are_masked_in_config_show(
     assert shown["kafka"]["sasl_password"] == "**********"
 
 
+def test_the_read_only_users_password_comes_from_a_file_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret_file = tmp_path / "reader-password"
+    secret_file.write_text("reader-secret-789\n")
+    monkeypatch.setenv("GPUGAP_CLICKHOUSE_READONLY_PASSWORD_FILE", str(secret_file))
+    s = load()
+    assert s.clickhouse.readonly_password is not None
+    assert s.clickhouse.readonly_password.get_secret_value() == "reader-secret-789"
+    assert main(["config", "show"]) == 0
+    out = capsys.readouterr().out
+    assert "reader-secret-789" not in out
+    assert json.loads(out)["clickhouse"]["readonly_password"] == "**********"
+    monkeypatch.setenv("GPUGAP_CLICKHOUSE_READONLY_PASSWORD_FILE", str(tmp_path / "missing"))
+    assert main(["config", "show"]) == 2
+    assert "cannot read the read-only user's password from" in capsys.readouterr().err
+
+
 def test_unreadable_secret_file_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
