@@ -111,7 +111,7 @@ def test_each_part_renders_and_turns_off(rendered: dict[str, list[dict[str, Any]
         ("DaemonSet", "gpugap-nvml-agent"), ("Job", "gpugap-migrate"),
     }  # fmt: skip
     everything = {o["kind"] for o in rendered["all"]}
-    assert {"CronJob", "ServiceMonitor", "PrometheusRule", "KafkaTopic"} <= everything
+    assert {"CronJob", "ServiceMonitor", "PodMonitor", "PrometheusRule", "KafkaTopic"} <= everything
     dcgm = {(o["kind"], o["metadata"]["name"]) for o in rendered["dcgm"]}
     assert ("Deployment", "gpugap-dcgm-scraper") in dcgm
     assert not any(k == "DaemonSet" for k, _ in dcgm)
@@ -394,6 +394,18 @@ def test_monitoring_objects(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    # the workers' own /metrics: selected by their pods' labels, on the port they serve
+    (pods,) = kinds(objs, "PodMonitor")
+    worker = one(objs, "Deployment", "gpugap-worker")
+    template = worker["spec"]["template"]
+    selector = pods["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= template["metadata"]["labels"].items()
+    assert selector.items() <= worker["spec"]["selector"]["matchLabels"].items()
+    (container,) = template["spec"]["containers"]
+    endpoint = pods["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["port"] in {p["name"] for p in container["ports"]}
+    assert endpoint["path"] == "/metrics" and pods["metadata"]["labels"]["release"] == "prometheus"
+    assert not kinds(rendered["default"], "PodMonitor")  # off unless asked for
 
 
 # --- server-side dry-run against a real kube-apiserver ------------------------------------------
