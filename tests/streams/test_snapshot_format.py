@@ -192,3 +192,18 @@ def test_a_checkpoint_from_before_shares_restores_and_goes_on_alike() -> None:
 if __name__ == "__main__":
     GOLDEN.write_text(json.dumps(snapshot_now()[1], indent=1, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}")
+
+
+def test_packed_state_reads_back_exactly() -> None:
+    from streams.checkpoint import pack, unpack
+
+    state = {
+        "floats": [1e-05, 2.5e-07, 0.1, 1e16, 123456789.123, 0.0, -3.75],
+        "ints": [0, 2**53 + 1, -(2**40)],
+        "names": ["ü-node", "名前", 'quote " and \\ backslash', "\u2028"],
+        "nested": {"a": [None, True, False, {"b": []}]},
+    }
+    packed = pack(state)
+    assert unpack(packed) == state
+    assert zlib.decompress(packed).isascii()  # non-ASCII escaped, as json.dumps does
+    assert pack(state) == packed  # the same state, the same bytes
