@@ -199,4 +199,3 @@ def idle_config(idle: Any, threshold: float | None = None, minutes: int | None =
             for i, r in enumerate(idle.rules)
         ),
     )
-

@@ -102,9 +102,7 @@ def test_demo_scenario_first_hours_match_ground_truth(
     # the first 2 h of the demo day (36 nodes, 288 GPUs and MIG slices, both schedulers,
     # every fault): the full day is `gpugap demo`'s job, too long for every CI run
     truth_path = tmp_path / "truth.json"
-    run = asyncio.run(
-        pipeline(kafka, clickhouse, truth_path, scenario="demo", duration=7200)
-    )
+    run = asyncio.run(pipeline(kafka, clickhouse, truth_path, scenario="demo", duration=7200))
     verify(clickhouse, json.loads(truth_path.read_text()))
     print(
         f"demo 2h: simulate {run['simulate_s']:.1f}s, worker {run['worker_s']:.1f}s, "
