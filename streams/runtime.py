@@ -197,20 +197,26 @@ class WorkerRuntime:
         from aiokafka.structs import TopicPartition
 
         if self._side is None:
-            self._side = AIOKafkaConsumer(**self.kafka.client_options(), enable_auto_commit=False)
+            self._side = AIOKafkaConsumer(
+                **self.kafka.client_options(),
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",  # never skip forward (out of range: what is left)
+            )
             await self._side.start()
         counts = await partition_counts(self.kafka, sorted(self.globals))
         tps = [TopicPartition(t, p) for t, n in sorted(counts.items()) for p in range(n)]
         mergers = [TopicPartition(self.episodes, s) for s in sorted(self.join.shards)]
-        self._side.assign(tps + mergers)
-        for tp in tps + mergers:
+        everything = tps + mergers
+        first = await self._side.beginning_offsets(everything)
+        # every position set explicitly, with no await after the assignment: the consumer's
+        # own reset (seek_to_beginning's, or its default) races it (``seek_to_start``)
+        self._side.assign(everything)
+        for tp in everything:
             shards = [tp.partition] if tp.topic == self.episodes else self.join.shards
             offset = start_offset(restored, f"{tp.topic}:{tp.partition}", shards)
             if offset is None:
-                await self._side.seek_to_beginning(tp)
-                offset = (await self._side.beginning_offsets([tp]))[tp]
-            else:
-                self._side.seek(tp, offset)
+                offset = first[tp]
+            self._side.seek(tp, offset)
             self.start[tp] = offset
 
     async def _pull_globals(self) -> bool:
@@ -368,7 +374,11 @@ class WorkerRuntime:
 
         log.warning("%s: offsets %d-%d were skipped: reading them directly", tp, start, end - 1)
         if self._filler is None:
-            self._filler = AIOKafkaConsumer(**self.kafka.client_options(), enable_auto_commit=False)
+            self._filler = AIOKafkaConsumer(
+                **self.kafka.client_options(),
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+            )
             await self._filler.start()
         ktp = TopicPartition(tp.topic, tp.partition)
         self._filler.assign([ktp])

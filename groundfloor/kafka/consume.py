@@ -254,6 +254,20 @@ async def read_topic(
     return out
 
 
+async def seek_to_start(consumer: Any, tps: list[Any]) -> dict[Any, int]:
+    """Position ``tps`` (assigned) at their first offsets, explicitly; returns them.
+
+    Not aiokafka's ``seek_to_beginning``: right after ``assign()`` the fetcher may already be
+    asking for its default reset (the latest offset, for a consumer without a group), and
+    that answer, arriving after ``seek_to_beginning``'s, wins: the partition is then read from
+    its end and everything before it skipped (on a 3-broker cluster, 1 run in 20; a worker
+    lost the first Slurm job so). An explicit position is never overwritten by a reset."""
+    begin = await consumer.beginning_offsets(tps)
+    for tp in tps:
+        consumer.seek(tp, begin[tp])
+    return dict(begin)
+
+
 async def read_latest(
     settings: KafkaSettings, topic: str, partitions: Iterable[int], timeout_s: float = 120.0
 ) -> dict[bytes, bytes]:
@@ -266,13 +280,15 @@ async def read_latest(
     latest: dict[bytes, bytes] = {}
     if not tps:
         return latest
-    consumer = AIOKafkaConsumer(**settings.client_options(), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        **settings.client_options(), enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     await consumer.start()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     try:
         consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
+        await seek_to_start(consumer, tps)
         end = await consumer.end_offsets(tps)
         left = {tp for tp in tps if end[tp] > 0}
         while left:

@@ -165,3 +165,41 @@ def test_a_batch_the_linger_could_not_send_is_an_error_not_a_silent_loss(
             assert calls == 2
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("wait_s", [0.0, 0.5])
+def test_seek_to_start_reads_from_the_first_offset_whatever_reset_ran(
+    kafka: KafkaSettings, wait_s: float
+) -> None:
+    # a consumer without a group resets to the latest offset by default; aiokafka's
+    # seek_to_beginning lost that race to an in-flight default reset on a 3-broker cluster
+    # (the worker's side consumer then skipped the first Slurm job). Waited for or not, the
+    # explicit positions hold.
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from groundfloor.kafka.consume import seek_to_start
+
+    sent = list(node_samples(5, nodes=1))
+
+    async def scenario() -> int:
+        await create_topics(kafka, [SAMPLES.name])
+        async with KafkaPublisher(kafka) as pub:
+            for r in sent:
+                await pub.send(SAMPLES, r)
+        consumer = AIOKafkaConsumer(**kafka.client_options(), enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = TopicPartition(SAMPLES.qualified(kafka.topic_prefix), 0)
+            consumer.assign([tp])
+            await asyncio.sleep(wait_s)  # the default (latest) reset has run by now, or not
+            assert await seek_to_start(consumer, [tp]) == {tp: 0}
+            got = 0
+            for _ in range(20):
+                got += len((await consumer.getmany(tp, timeout_ms=200)).get(tp, []))
+                if got >= len(sent):
+                    break
+            return got
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(scenario()) == len(sent)
