@@ -29,6 +29,8 @@ OWN_OPTIONS = {
     "web": "benchmarks.web",  # the web page in headless Chromium
     # gpugap backfill prometheus against a real Prometheus: days of history per minute
     "backfill": "benchmarks.backfill",
+    # aiokafka's seek_to_beginning against the consumer's own reset, on 3 brokers
+    "seek-race": "benchmarks.seek_race",
     # the worker's state (RSS) against distinct nodes, and the node expiry; no Kafka
     "state-memory": "benchmarks.state_memory",
     # a 30-day partition of 50,000 jobs through the backfill model, as asked and right-sized
