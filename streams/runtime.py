@@ -394,8 +394,11 @@ class WorkerRuntime:
         await self.engine.read_elsewhere(tp, start, end)
 
     def _checkpoint_due(self) -> bool:
+        """Every ``commit_interval_s``, but never so often that checkpoints take more than a
+        tenth of the time. Catching up, every node changes between two checkpoints and one
+        costs its whole wall time: no record is taken while the broker acknowledges it."""
         since = time.monotonic() - self.last_checkpoint
-        return self.join.checkpoint_due(since, self.opts.commit_interval_s)
+        return since >= max(self.opts.commit_interval_s, 10 * self.join.stats.checkpoint_s)
 
     async def _lagging(self, *, frontier: bool = True) -> list[Any]:
         """Input partitions with records left to read. For the event-time ``frontier``
@@ -491,6 +494,7 @@ class WorkerRuntime:
 
     async def checkpoint(self) -> None:
         """Outputs acknowledged, then the state that includes them, then the acks."""
+        started = time.monotonic()
         points = await self._store()
         # ack strictly in offset order and only below each partition's resume point: Faust
         # commits the first run of consecutive acked offsets, wherever it starts (with no
@@ -505,6 +509,7 @@ class WorkerRuntime:
                 keep.append(ev)
         self.join.done = keep
         self.last_checkpoint = time.monotonic()
+        self.join.stats.checkpoint_s = self.last_checkpoint - started
 
     async def _store(self) -> dict[int, Points]:
         """Outputs acknowledged, then the state that includes them; returns its points."""

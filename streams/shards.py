@@ -118,11 +118,6 @@ class Shards:
             out[s] = keep_restored(self.skip.get(s, {}), mine)
         return out
 
-    def checkpoint_due(self, since_last_s: float, interval_s: float) -> bool:
-        """Every ``interval_s``, but never so often that writing the state takes more than
-        a tenth of the time: catching up, every node changes between two checkpoints."""
-        return since_last_s >= max(interval_s, 10 * self.stats.snapshot_s)
-
     def snapshot(self, points: dict[int, Points]) -> list[tuple[int, bytes, bytes | None]]:
         """(shard, key, value) to write: per shard, the nodes changed since its last snapshot
         stored (the topic is compacted: it keeps the others' last records; a node dropped

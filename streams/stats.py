@@ -22,6 +22,9 @@ class WorkerStats:
     allocations: int = 0  # allocations held (the allocation cap counts them), likewise
     core: dict[str, int] = field(default_factory=dict)
     snapshot_s: float = 0.0  # how long building the last snapshot took
+    #: how long the last checkpoint took, start to end: the outputs flushed, the snapshot
+    #: built, written and acknowledged (the worker takes no record meanwhile)
+    checkpoint_s: float = 0.0
     #: batches or ticks that failed outside a record: the state was dropped and restored
     restores_after_failure: int = 0
     #: /healthz answers 503 once the worker has not polled for this long
@@ -44,6 +47,7 @@ class WorkerStats:
             f"gpugap_worker_allocations {self.allocations}",
             f"gpugap_worker_seconds_since_poll {time.monotonic() - self.last_poll:.1f}",
             f"gpugap_worker_restores_after_failure_total {self.restores_after_failure}",
+            f"gpugap_worker_checkpoint_seconds {self.checkpoint_s:.3f}",
         ]
         lines += [f'gpugap_worker_output_total{{topic="{k}"}} {v}' for k, v in self.counts.items()]
         lines += [f'gpugap_worker_core_total{{what="{k}"}} {v}' for k, v in self.core.items()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
@@ -132,3 +133,26 @@ def test_a_failing_restore_is_retried_and_logged_once_in_a_while(
         asyncio.run(r.on_batch(batch(1)))
     assert tries == 5 and r.join.stats.restores_after_failure == 5 and not r.ready
     assert caplog.text.count("dropped unstored") == 1  # not a line for every retry
+
+
+def test_checkpoints_take_at_most_a_tenth_of_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # catching up, a checkpoint rewrites every node and the worker takes no record while
+    # the broker acknowledges it: its whole wall time, not the snapshot's, spaces them out
+    r = runner(monkeypatch)
+    clock = [1000.0]
+    monkeypatch.setattr("streams.runtime.time.monotonic", lambda: clock[0])
+
+    async def store() -> dict[int, Any]:
+        clock[0] += 0.4  # flushing the outputs, the snapshot, its acknowledgement
+        return {}
+
+    monkeypatch.setattr(r, "_store", store)
+    r.last_checkpoint = clock[0] - 1.0
+    assert r._checkpoint_due()  # the interval (1 s) has passed, no checkpoint measured yet
+    asyncio.run(r.checkpoint())
+    assert r.join.stats.checkpoint_s == pytest.approx(0.4)
+    assert "gpugap_worker_checkpoint_seconds 0.400" in r.join.stats.prometheus(Counter())
+    clock[0] += 3.9
+    assert not r._checkpoint_due()  # 10 x 0.4 s, not the 1 s interval
+    clock[0] += 0.1
+    assert r._checkpoint_due()
