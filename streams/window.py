@@ -10,9 +10,12 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import cast
 
 #: one buffered sample of one GPU: [t_ms, dt_ms, activity, metric, memory_mib, power_w]
 Sample = list[float | int | str | None]
+_first = itemgetter(0)  # a sample's time (integer ms)
 
 
 @dataclass(slots=True)
@@ -44,19 +47,21 @@ def usage(spans: Sequence[tuple[int, int]], eff: Sequence[tuple[int, int, Sample
             if ov <= 0:
                 continue
             count += 1
-            act, metric, mem, pw = s[2], s[3], s[4], s[5]
-            if isinstance(act, (int, float)):
+            # a number or None each (the core writes them so); the metric a name or None
+            _, _, act, metric, mem, pw = s
+            if act is not None:
                 a = float(act)
                 covered += ov
                 consumed += a * ov
                 if act_max is None or not act_max > a:  # max(a, act_max or 0.0), a >= 0
                     act_max = a
-                if isinstance(metric, str):
-                    metric_ms[metric] = metric_ms.get(metric, 0) + ov
-            if isinstance(mem, (int, float)):
+                if metric is not None:
+                    m = cast(str, metric)
+                    metric_ms[m] = metric_ms.get(m, 0) + ov
+            if mem is not None:
                 mem_sum += float(mem) * ov
                 mem_w += ov
-            if isinstance(pw, (int, float)):
+            if pw is not None:
                 pow_sum += float(pw) * ov
                 pow_w += ov
     u = Usage(count, covered, consumed, act_max)
@@ -86,12 +91,12 @@ def effective_in(samples: Sequence[Sample], lo: int, hi: int) -> list[tuple[int,
     """(start_ms, end_ms, sample) of the samples (sorted by t) that overlap [lo, hi), each
     interval trimmed to begin no earlier than the previous sample's time. Only the samples
     from the last one at or before ``lo`` on are read: the buffer holds minutes of them."""
-    i = bisect_right(samples, lo, key=_time)  # the first sample ending after lo
-    prev: int | None = int(samples[i - 1][0] or 0) if i > 0 else None
+    i = bisect_right(samples, lo, key=_first)  # the first sample ending after lo
+    prev: int | None = cast(int, samples[i - 1][0]) if i > 0 else None
     out: list[tuple[int, int, Sample]] = []
     for k in range(i, len(samples)):
         s = samples[k]
-        t, dt = int(s[0] or 0), int(s[1] or 0)
+        t, dt = cast(int, s[0]), cast(int, s[1])  # integer ms, as the core writes them
         start = t - dt if prev is None else max(t - dt, prev)
         if start >= hi:  # every later one starts at or after this one's end
             break
@@ -99,7 +104,3 @@ def effective_in(samples: Sequence[Sample], lo: int, hi: int) -> list[tuple[int,
             out.append((start, t, s))
         prev = t
     return out
-
-
-def _time(s: Sample) -> int:
-    return int(s[0] or 0)
