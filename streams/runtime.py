@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 FILL_TIMEOUT_S = 30.0
 #: a failure that repeats is logged once in this long, with its count
 FAILURE_LOG_EVERY_S = 30.0
+#: the longest a checkpoint's wait for the broker may space the next one (its own CPU, the
+#: snapshot's build, may space them more: a tenth of the time)
+CHECKPOINT_SPACING_MAX_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -396,9 +399,13 @@ class WorkerRuntime:
     def _checkpoint_due(self) -> bool:
         """Every ``commit_interval_s``, but never so often that checkpoints take more than a
         tenth of the time. Catching up, every node changes between two checkpoints and one
-        costs its whole wall time: no record is taken while the broker acknowledges it."""
+        costs its whole wall time: no record is taken while the broker acknowledges it. The
+        wait for the broker spaces them by at most ``CHECKPOINT_SPACING_MAX_S``: one slowed by
+        a broker fault (a leader moving) must not hold the commits back ten times as long."""
         since = time.monotonic() - self.last_checkpoint
-        return since >= max(self.opts.commit_interval_s, 10 * self.join.stats.checkpoint_s)
+        stats = self.join.stats
+        waited = min(10 * stats.checkpoint_s, CHECKPOINT_SPACING_MAX_S)
+        return since >= max(self.opts.commit_interval_s, 10 * stats.snapshot_s, waited)
 
     async def _lagging(self, *, frontier: bool = True) -> list[Any]:
         """Input partitions with records left to read. For the event-time ``frontier``

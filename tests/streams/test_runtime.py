@@ -156,3 +156,21 @@ def test_checkpoints_take_at_most_a_tenth_of_the_time(monkeypatch: pytest.Monkey
     assert not r._checkpoint_due()  # 10 x 0.4 s, not the 1 s interval
     clock[0] += 0.1
     assert r._checkpoint_due()
+
+
+def test_a_checkpoint_slowed_by_the_broker_holds_the_next_one_back_10_s_at_most(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a leader killed mid-flush: the checkpoint waited 30 s for the broker. Spaced by ten
+    # times that, the group's commits stalled for 5 minutes (the fault test caught it)
+    r = runner(monkeypatch)
+    clock = [1000.0]
+    monkeypatch.setattr("streams.runtime.time.monotonic", lambda: clock[0])
+    r.join.stats.checkpoint_s, r.join.stats.snapshot_s = 30.0, 0.01
+    r.last_checkpoint = clock[0]
+    clock[0] += 9.9
+    assert not r._checkpoint_due()
+    clock[0] += 0.1
+    assert r._checkpoint_due()
+    r.join.stats.snapshot_s = 2.0  # a large state's own build still spaces them by 10x it
+    assert not r._checkpoint_due()
