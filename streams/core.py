@@ -56,7 +56,7 @@ from schemas.types import (
 from streams.detect_idle import IdleConfig, observe
 from streams.rows import held, in_life, learns, minute_rows, placeholder_uuid, pod_key
 from streams.state import NodeState, Span, new_alloc_state, new_node_state, upgrade_node_state
-from streams.window import Sample
+from streams.window import Sample, sample_time
 
 # ms: benchmarks/worker_inproc.py reads it from here
 __all__ = [
@@ -235,7 +235,7 @@ class NodeCore:
             if not buf or cast(int, buf[-1][0]) < t:  # in order: the usual case
                 buf.append(row)
             else:
-                i = bisect_left(buf, t, key=_time)
+                i = bisect_left(buf, t, key=sample_time)
                 if i < len(buf) and buf[i][0] == t:
                     self._count("duplicate_gpu_samples")
                     continue
@@ -467,7 +467,7 @@ class NodeCore:
         expiry = self.cfg.node_expiry_ms
         quiet: list[str] = []  # GPUs that have not reported for the expiry
         for u, buf in s["samples"].items():
-            i = bisect_left(buf, keep_from, key=_time)
+            i = bisect_left(buf, keep_from, key=sample_time)
             if i > 1:
                 del buf[: i - 1]
             if expiry is not None and buf and cast(int, buf[-1][0]) + expiry <= closed:
@@ -562,7 +562,3 @@ def see(pods: dict[str, list[Span]], u: str, t: int, gap: int) -> int | None:
 
 def _last(span: Span) -> int:
     return span[1]
-
-
-def _time(sample: Sample) -> int:
-    return cast(int, sample[0])  # always the int time the core wrote

@@ -43,8 +43,10 @@ log = logging.getLogger(__name__)
 FILL_TIMEOUT_S = 30.0
 #: a failure that repeats is logged once in this long, with its count
 FAILURE_LOG_EVERY_S = 30.0
+#: checkpoints take at most 1/CHECKPOINT_SHARE of the worker's time
+CHECKPOINT_SHARE = 10
 #: the longest a checkpoint's wait for the broker may space the next one (its own CPU, the
-#: snapshot's build, may space them more: a tenth of the time)
+#: snapshot's build, may space them more)
 CHECKPOINT_SPACING_MAX_S = 10.0
 
 
@@ -404,8 +406,9 @@ class WorkerRuntime:
         a broker fault (a leader moving) must not hold the commits back ten times as long."""
         since = time.monotonic() - self.last_checkpoint
         stats = self.join.stats
-        waited = min(10 * stats.checkpoint_s, CHECKPOINT_SPACING_MAX_S)
-        return since >= max(self.opts.commit_interval_s, 10 * stats.snapshot_s, waited)
+        waited = min(CHECKPOINT_SHARE * stats.checkpoint_s, CHECKPOINT_SPACING_MAX_S)
+        built = CHECKPOINT_SHARE * stats.snapshot_s
+        return since >= max(self.opts.commit_interval_s, built, waited)
 
     async def _lagging(self, *, frontier: bool = True) -> list[Any]:
         """Input partitions with records left to read. For the event-time ``frontier``

@@ -15,7 +15,8 @@ from typing import cast
 
 #: one buffered sample of one GPU: [t_ms, dt_ms, activity, metric, memory_mib, power_w]
 Sample = list[float | int | str | None]
-_first = itemgetter(0)  # a sample's time (integer ms)
+#: a buffered sample's time, the integer ms the core wrote (the sort key of a GPU's buffer)
+sample_time = itemgetter(0)
 
 
 @dataclass(slots=True)
@@ -91,7 +92,7 @@ def effective_in(samples: Sequence[Sample], lo: int, hi: int) -> list[tuple[int,
     """(start_ms, end_ms, sample) of the samples (sorted by t) that overlap [lo, hi), each
     interval trimmed to begin no earlier than the previous sample's time. Only the samples
     from the last one at or before ``lo`` on are read: the buffer holds minutes of them."""
-    i = bisect_right(samples, lo, key=_first)  # the first sample ending after lo
+    i = bisect_right(samples, lo, key=sample_time)  # the first sample ending after lo
     prev: int | None = cast(int, samples[i - 1][0]) if i > 0 else None
     out: list[tuple[int, int, Sample]] = []
     for k in range(i, len(samples)):
