@@ -78,6 +78,12 @@ class FaustEngine:
         # a gap is what Faust counts as acked without a message
         await self.app.consumer._add_gap(tp, start, end - 1)  # type: ignore[attr-defined]
 
+    def read_to(self, tp: Any) -> int | None:
+        # the last offset Faust handed to its streams (or, after its seek, the committed
+        # one): it drops what it fetches below that, and may hand that one over again
+        offset = self.app.consumer._read_offset.get(tp)  # type: ignore[attr-defined]
+        return None if offset is None else int(offset) + 1
+
     async def commit(self) -> None:
         await self.app.consumer.commit()
 

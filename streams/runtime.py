@@ -45,6 +45,9 @@ FILL_TIMEOUT_S = 30.0
 FAILURE_LOG_EVERY_S = 30.0
 #: checkpoints take at most 1/CHECKPOINT_SHARE of the worker's time
 CHECKPOINT_SHARE = 10
+#: how long a worker with input left takes no record before it reads that input itself
+#: (``WorkerRuntime._fill_tails``; sooner with ``--idle-flush``)
+TAIL_STALL_S = 5.0
 #: the longest a checkpoint's wait for the broker may space the next one (its own CPU, the
 #: snapshot's build, may space them more)
 CHECKPOINT_SPACING_MAX_S = 10.0
@@ -106,6 +109,10 @@ class Engine(Protocol):
     async def read_elsewhere(self, tp: Any, start: int, end: int) -> None:
         """Offsets [start, end) that the engine skipped were read by the runtime itself."""
 
+    def read_to(self, tp: Any) -> int | None:
+        """The offset below which the engine will deliver nothing more of ``tp`` (it has
+        read those records, delivered or not); None: it has read nothing of it."""
+
     async def commit(self) -> None:
         """Commit the acked offsets now."""
 
@@ -145,9 +152,12 @@ class WorkerRuntime:
         self._closing: asyncio.Task[None] | None = None  # the publisher replaced after one
         self._failures_logged = 0
         self._failure_logged = -FAILURE_LOG_EVERY_S
-        #: the generation whose partitions were last revoked, and the one the Join's shards
-        #: were restored in: a Join holds the shards of one assignment only
-        self.revoked_generation: int | None = None
+        #: revokes so far (a batch that waited for the lock through one is of the old
+        #: assignment), and the generation the Join's shards were restored in: a Join holds
+        #: the shards of one assignment only. Not the revoked generation: a member that
+        #: rejoins a stable group (after a commit refused with IllegalGeneration) is revoked
+        #: and handed the same partitions in the same generation
+        self.revokes = 0
         self.ready_generation: int | None = None
         self._forget()
 
@@ -158,6 +168,8 @@ class WorkerRuntime:
         self.start: dict[Any, int] = {}  # partition -> where reading started
         self.next: dict[Any, int] = {}  # partition -> offset after the last one ingested
         self.expect: dict[Any, int] = {}  # partition -> the offset the engine must deliver next
+        #: offsets [start, end) read directly, told to the engine once the state holds them
+        self.filled: list[tuple[Any, int, int]] = []
 
     def _new_join(self) -> Join:
         opts = self.opts
@@ -245,9 +257,9 @@ class WorkerRuntime:
         state topic, so a worker never goes on from state that another one has moved past.
         Nothing is acked here: Faust has dropped its bookkeeping for revoked partitions, and
         the stored offsets let the next owner skip what the state already holds."""
-        # set first, even with nothing restored: a batch of this generation that waited for
-        # the lock must not restore the old assignment afterwards
-        self.revoked_generation = self.engine.generation()
+        # first, even with nothing restored: a batch that waited for the lock must not
+        # restore the old assignment afterwards
+        self.revokes += 1
         # Faust delivers the next assignment from the committed offsets again
         self.delivered, self.refill = {}, {}
         if not self.ready or not any(tp.topic in self.inputs for tp in revoked):
@@ -264,8 +276,9 @@ class WorkerRuntime:
         self._forget()
 
     async def on_batch(self, events: list[Any]) -> None:
+        revokes = self.revokes  # before the lock: a revoke may come while it waits
         try:
-            await self._on_batch(events)
+            await self._on_batch(events, revokes)
         except Exception as exc:
             await self._failed("a batch", exc)
 
@@ -318,7 +331,7 @@ class WorkerRuntime:
                 await self._fill(tp, starts[tp], refill[tp])
             self.expect[tp] = self.next[tp] = max(starts[tp], refill[tp])
 
-    async def _on_batch(self, events: list[Any]) -> None:
+    async def _on_batch(self, events: list[Any], revokes: int) -> None:
         # events fetched before a rebalance: Faust seeks back to the committed offsets and
         # delivers them again in the new generation
         generation = self.engine.generation()
@@ -326,8 +339,7 @@ class WorkerRuntime:
         if not events:
             return
         async with self.lock:
-            stale = self.engine.generation() != generation
-            if stale or generation == self.revoked_generation:
+            if self.revokes != revokes or self.engine.generation() != generation:
                 # a rebalance came while this batch waited for the lock. Restoring now
                 # would take the revoked assignment's shards, which the next assignment
                 # may give to another worker while this one is handed different ones
@@ -338,6 +350,12 @@ class WorkerRuntime:
                 # them unstored (the stored state and the offsets make up for it)
                 log.warning("assignment changed without a revoke: restoring again")
                 self._drop_state()
+            if not self.ready and not self.engine.recovered(self.inputs):
+                # revoked, and the next assignment is not settled: restoring now would
+                # take whatever the consumer holds meanwhile. What is dropped here the
+                # engine does not deliver again; it is read directly once restored
+                # (``_fill`` before the next record, ``_fill_tails`` at the end)
+                return
             await self._ready()
             new = {ev.message.tp for ev in events} - set(self.expect)
             if new:
@@ -372,9 +390,10 @@ class WorkerRuntime:
         taken after such a gap would claim the skipped records read, and the next owner of
         the shard would never count them. Seeking the engine's consumer back races its read
         offset (what the seek fetches can be dropped again), so the missing records are
-        read here, in order, before the record after them; the engine is told they were
-        read elsewhere, and our checkpoints still ack nothing above a record before the
-        state holding it is stored."""
+        read here, in order, before the record after them. The engine is told they were
+        read elsewhere (Faust counts them acked) by the checkpoint that stores the state
+        holding them, like the acks: told now, its commit would pass them, and a restart
+        before that checkpoint would skip them."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         log.warning("%s: offsets %d-%d were skipped: reading them directly", tp, start, end - 1)
@@ -396,7 +415,31 @@ class WorkerRuntime:
                     if r.offset >= end:
                         break  # the log has no more below ``end`` (a compacted gap)
                     await self.join.ingest(tp, RawMessage.of(r))
-        await self.engine.read_elsewhere(tp, start, end)
+        self.filled.append((tp, start, end))
+
+    def _tail_stall_s(self) -> float:
+        flush = self.opts.idle_flush_s
+        return TAIL_STALL_S if flush is None else min(flush, TAIL_STALL_S)
+
+    async def _fill_tails(self) -> bool:
+        """Read directly what the engine stopped delivering short of a partition's end;
+        whether anything was read. A gap that ``_fill`` closes before the next record has
+        no next record at the end of the input: records the engine delivered in a rebalance
+        and the runtime dropped (``_on_batch``) are not delivered again, and the worker
+        would wait for them for good (never caught up, never flushed, and with
+        ``--idle-timeout`` its group never stopping: the other shards wait for this one's
+        final marks). Only what the engine has read: the rest it still delivers itself."""
+        inputs = {tp for tp in self.engine.assignment() if tp.topic in self.inputs}
+        got = False
+        for tp in await self._lagging(frontier=False):
+            end = self.engine.read_to(tp) if tp in inputs else None
+            at = self.next.get(tp, self.start.get(tp, 0))
+            if end is not None and at < end:
+                await self._fill(tp, at, end)
+                self.expect[tp] = self.next[tp] = end
+                self.delivered[tp] = max(self.delivered.get(tp, 0), end)
+                got = True
+        return got
 
     def _checkpoint_due(self) -> bool:
         """Every ``commit_interval_s``, but never so often that checkpoints take more than a
@@ -518,6 +561,14 @@ class WorkerRuntime:
             else:
                 keep.append(ev)
         self.join.done = keep
+        filled = []
+        for tp, start, end in self.filled:
+            stored = min(end, starts.get(f"{tp.topic}:{tp.partition}", 0))
+            if start < stored:
+                await self.engine.read_elsewhere(tp, start, stored)
+            if stored < end:
+                filled.append((tp, max(start, stored), end))
+        self.filled = filled
         self.last_checkpoint = time.monotonic()
         self.join.stats.checkpoint_s = self.last_checkpoint - started
 
@@ -560,7 +611,11 @@ class WorkerRuntime:
             if not self.ready:
                 return  # revoked while this tick waited for the lock: nothing to store
             self.join.stats.last_poll = time.monotonic()
-            if await self._pull_globals():  # scheduler events while the samples are quiet
+            got = await self._pull_globals()  # scheduler events while the samples are quiet
+            idle = time.monotonic() - self.last_input
+            if idle >= self._tail_stall_s() and await self._fill_tails():
+                got = True
+            if got:
                 self.last_input, self.flushed = time.monotonic(), False
                 await self.join.drain(self.join.frontier(await self._lagging()))
             idle = time.monotonic() - self.last_input

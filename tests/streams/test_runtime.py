@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,6 +12,7 @@ import faust
 import pytest
 from faust.types import TP
 
+from groundfloor.kafka.publish import KafkaPublisher
 from groundfloor.settings import KafkaSettings
 from schemas.topics import SAMPLES
 from streams.app import AppOptions, FaustEngine
@@ -30,6 +32,7 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> WorkerRuntime:
         raise Restores
 
     monkeypatch.setattr(r, "_ready", restore)
+    monkeypatch.setattr(r.engine, "recovered", lambda inputs: True)  # no rebalance going on
     return r
 
 
@@ -42,20 +45,71 @@ def batch(generation: int, partition: int = 4) -> list[Any]:
     return [SimpleNamespace(message=message)]
 
 
-def test_a_batch_of_a_revoked_generation_restores_nothing(
+def recovered(r: WorkerRuntime, monkeypatch: pytest.MonkeyPatch, value: list[bool]) -> None:
+    """The engine's answer to "is the assignment settled", as the test says."""
+    monkeypatch.setattr(r.engine, "recovered", lambda inputs: value[0])
+
+
+def test_a_batch_that_waited_for_the_lock_through_a_revoke_restores_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The race a clean-clone run hit: the revoke stores and forgets the state; a batch of
-    # the same generation, taken before and waiting for the lock, then restored the old
-    # assignment's shards, and the next assignment's partition was not among them.
+    # The race a clean-clone run hit: the revoke stores and forgets the state; a batch
+    # taken before it and waiting for the lock then restored the old assignment's shards,
+    # and the next assignment's partition was not among them.
     r = runner(monkeypatch)
     r.engine.app.consumer_generation_id = 2
+    revokes = r.revokes  # the batch enters before the revoke
     asyncio.run(r.on_revoked({TP(SAMPLES.name, 0)}))
-    asyncio.run(r.on_batch(batch(2)))  # dropped: Faust delivers it again in generation 3
+    asyncio.run(r._on_batch(batch(2), revokes))  # dropped: Faust delivers it again
     assert not r.ready
-    r.engine.app.consumer_generation_id = 3  # the new assignment: its batches restore
+    with pytest.raises(Restores):  # a batch that entered after the revoke restores
+        asyncio.run(r.on_batch(batch(2)))
+
+
+def test_no_restore_while_the_next_assignment_is_not_settled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = runner(monkeypatch)
+    settled = [False]
+    recovered(r, monkeypatch, settled)
+    r.engine.app.consumer_generation_id = 2
+    asyncio.run(r.on_revoked({TP(SAMPLES.name, 0)}))
+    asyncio.run(r.on_batch(batch(2)))  # mid-rebalance: what the consumer holds is not it
+    assert not r.ready
+    settled[0] = True
+    with pytest.raises(Restores):
+        asyncio.run(r.on_batch(batch(2)))
+
+
+def test_revoked_and_handed_the_same_partitions_in_the_same_generation_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What hung the kill-and-restart test: a commit refused with IllegalGeneration makes
+    # aiokafka rejoin; the group was stable, so the broker revoked and handed back the same
+    # partitions in the same generation. Keyed by the revoked generation, every later batch
+    # was dropped: the worker never caught up, and its group never stopped.
+    r = runner(monkeypatch)
+    r.engine.app.consumer_generation_id = 3
+    asyncio.run(r.on_revoked({TP(SAMPLES.name, 4)}))
+    r.ready, r.ready_generation = True, 3  # the tick restored the same generation's shards
+    taken: list[int] = []
+
+    async def ingest(tp: Any, raw: Any, handle: Any = None) -> None:
+        taken.append(raw.offset)
+        raise Restores  # far enough: the record reached the join
+
+    async def positions(tps: list[Any]) -> dict[Any, int]:
+        return dict.fromkeys(tps, 0)
+
+    async def ready() -> None:  # as the real one: nothing to do once restored
+        assert r.ready
+
+    monkeypatch.setattr(r, "_ready", ready)
+    monkeypatch.setattr(r, "_positions", positions)
+    monkeypatch.setattr(r.join, "ingest", ingest)
     with pytest.raises(Restores):
         asyncio.run(r.on_batch(batch(3)))
+    assert taken == [0]
 
 
 def test_shards_restored_in_another_generation_are_dropped_unstored(
@@ -174,3 +228,115 @@ def test_a_checkpoint_slowed_by_the_broker_holds_the_next_one_back_10_s_at_most(
     assert r._checkpoint_due()
     r.join.stats.snapshot_s = 2.0  # a large state's own build still spaces them by 10x it
     assert not r._checkpoint_due()
+
+
+class Undelivering:
+    """An engine that has read the input and delivered nothing, over a real broker: the
+    runtime's :class:`streams.runtime.Engine` for one assigned samples partition."""
+
+    def __init__(self, kafka: KafkaSettings, tp: Any) -> None:
+        self.kafka, self.tp = kafka, tp
+        self.group_id = f"{kafka.topic_prefix}gpugap-worker"
+        self.told: list[tuple[int, int]] = []  # offsets read elsewhere, as told
+        self.dropped = 31  # the whole input
+
+    def generation(self) -> int:
+        return 1
+
+    def assignment(self) -> set[Any]:
+        return {self.tp}
+
+    def recovered(self, inputs: set[str]) -> bool:
+        return True
+
+    def highwater(self, tp: Any) -> int | None:
+        return None  # nothing fetched: the runtime asks the broker
+
+    async def _ask(self, tps: Iterable[Any], end: bool) -> dict[Any, int]:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(**self.kafka.client_options())
+        await consumer.start()
+        try:
+            ktps = {TopicPartition(tp.topic, tp.partition): tp for tp in tps}
+            ask = consumer.end_offsets if end else consumer.beginning_offsets
+            return {ktps[k]: v for k, v in (await ask(list(ktps))).items()}
+        finally:
+            await consumer.stop()
+
+    async def highwaters(self, tps: Iterable[Any]) -> dict[Any, int]:
+        return await self._ask(tps, end=True)
+
+    async def earliest_offsets(self, tps: Iterable[Any]) -> dict[Any, int]:
+        return await self._ask(tps, end=False)
+
+    async def read_elsewhere(self, tp: Any, start: int, end: int) -> None:
+        self.told.append((start, end))
+
+    def read_to(self, tp: Any) -> int | None:
+        return self.dropped  # delivered, and dropped by the runtime (in a rebalance)
+
+    async def commit(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def undelivered(kafka: KafkaSettings, dropped: int | None) -> tuple[WorkerRuntime, Undelivering]:
+    """31 samples on the broker, an engine that has read ``dropped`` of them and delivered
+    none, and the runtime's ticks for up to 4 s (until it has flushed)."""
+    from schemas import encode
+    from streams.app import _shards
+    from streams.core import CoreConfig
+    from tests.streams.helpers import samples
+    from tests.topics import create_topics
+
+    asyncio.run(create_topics(kafka, [SAMPLES.name]))
+    topic = SAMPLES.qualified(kafka.topic_prefix)
+
+    async def scenario() -> tuple[WorkerRuntime, Undelivering]:
+        partitions = await _shards(kafka, "gpugap-worker")
+        pub = KafkaPublisher(kafka)
+        await pub.start()
+        for s in samples("10:00:00", "10:05:00", {0: 0.0, 1: 0.9}):
+            await pub.send_raw(topic, SAMPLES.key_for(s), encode(s), partition=0)
+        await pub.close()
+        engine = Undelivering(kafka, TP(topic, 0))
+        engine.dropped = dropped
+        opts = AppOptions(config=CoreConfig(), idle_flush_s=0.2, web=None, partitions=partitions)
+        r = WorkerRuntime(engine, kafka, opts)
+        try:
+            for _ in range(40):
+                await r.tick()
+                if r.ready and r.flushed:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await r.close()
+        return r, engine
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.kafka
+def test_input_the_engine_read_and_never_delivers_is_read_to_its_end_and_flushed(
+    kafka: KafkaSettings,
+) -> None:
+    # Records delivered in a rebalance and dropped by the runtime are not delivered again;
+    # at the end of the input no later record shows the gap. The worker must read them
+    # itself, or it is never caught up: no flush, and no stop with --idle-timeout.
+    r, engine = undelivered(kafka, dropped=31)
+    topic = SAMPLES.qualified(kafka.topic_prefix)
+    assert r.ready and r.flushed, "never caught up: the undelivered records were not read"
+    assert r.next[TP(topic, 0)] == 31  # 10:00:00 to 10:05:00, every 10 s
+    assert r.join.stats.counts["gpu.minutes.v1"] > 0  # flushed: every minute closed
+    assert engine.told == [(0, 31)]  # told once stored: the engine may commit past them
+
+
+@pytest.mark.kafka
+def test_input_the_engine_has_not_read_is_left_to_it(kafka: KafkaSettings) -> None:
+    # a slow engine (a restore, a loaded machine) still delivers what it has not read: the
+    # worker waits for it rather than reading its whole input a second way
+    r, engine = undelivered(kafka, dropped=None)
+    assert r.ready and not r.flushed and engine.told == [] and not r.next
