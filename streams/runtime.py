@@ -429,10 +429,10 @@ class WorkerRuntime:
         would wait for them for good (never caught up, never flushed, and with
         ``--idle-timeout`` its group never stopping: the other shards wait for this one's
         final marks). Only what the engine has read: the rest it still delivers itself."""
-        inputs = {tp for tp in self.engine.assignment() if tp.topic in self.inputs}
         got = False
+        # ``_lagging`` also resolves where an input that delivered nothing starts
         for tp in await self._lagging(frontier=False):
-            end = self.engine.read_to(tp) if tp in inputs else None
+            end = self.engine.read_to(tp) if tp.topic in self.inputs else None
             at = self.next.get(tp, self.start.get(tp, 0))
             if end is not None and at < end:
                 await self._fill(tp, at, end)
