@@ -601,7 +601,7 @@ def test_reader_readonly_url_parameter_cannot_lift_it(clickhouse: ClickHouseSett
 
 def test_reader_cannot_kill_queries(clickhouse: ClickHouseSettings) -> None:
     """readonly=1 lets KILL QUERY through, and every engine connection is one user: a reader
-    would reach the writer's queries: refused (policy.check_reader, on the engine's AST)."""
+    would reach the writer's queries: refused (policy.check_statement, on the engine's AST)."""
     reader = as_user(clickhouse, "reader")
     r = http(reader, "KILL QUERY WHERE 0")
     assert r.status_code == 403 and r.headers["X-ClickHouse-Exception-Code"] == "497"
@@ -613,9 +613,11 @@ def test_check_reader_refuses_kill_only() -> None:
 
     kill = policy.Statement("KILL QUERY WHERE 0", "KillQueryQuery Literal_UInt64_0 ASYNC", "")
     with pytest.raises(EngineError) as err:
-        policy.check_reader(kill)
+        policy.check_statement(kill, frozenset(), reader=True)
     assert err.value.code == 497
-    policy.check_reader(policy.Statement("SELECT 1", "SelectWithUnionQuery", ""))
+    policy.check_statement(kill, frozenset(), reader=False)
+    select = policy.Statement("SELECT 1", "SelectWithUnionQuery", "")
+    policy.check_statement(select, frozenset(), reader=True)
 
 
 def test_engine_messages_read_as_a_servers() -> None:

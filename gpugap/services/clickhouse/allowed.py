@@ -60,7 +60,7 @@ CLIENT = frozenset(
         "prefer_column_name_to_alias", "aggregate_functions_null_for_empty",
         "data_type_default_nullable", "union_default_mode", "joined_subquery_requires_alias",
         "function_sleep_max_microseconds_per_block", "transform_null_in", "session_timezone",
-        "send_logs_level", "query_cache_ttl", "http_zlib_compression_level", "limit", "offset",
+        "query_cache_ttl", "http_zlib_compression_level", "limit", "offset",
         "distributed_product_mode", "any_join_distinct_right_table_keys", "group_by_use_nulls",
         "exact_rows_before_limit", "rows_before_aggregation", "count_distinct_implementation",
         "use_query_cache", "use_skip_indexes", "use_index_for_in_with_subqueries",
@@ -82,8 +82,18 @@ CLIENT = frozenset(
         "max_bytes_to_read",
     }
 )  # fmt: skip
-# SQL expressions in a setting: validated by the endpoint (policy.check_filter_values)
+# SQL expressions in a setting: each read by the engine and checked (policy.check_filters)
 FILTERS = frozenset({"additional_table_filters", "additional_result_filter"})
+# never a client's, whatever their family: the endpoint sets them for everyone (limits.FORCED).
+# Values data with expression interpretation runs SQL found in INSERT data and in format(),
+# and the engine's log would carry what a query wrote in it
+NEVER = frozenset(
+    {
+        "input_format_values_interpret_expressions",
+        "input_format_values_deduce_templates_of_expressions",
+        "send_logs_level",
+    }
+)
 # the words that end a setting's candidacy (in its name or its description)
 HOST_WORDS = re.compile(r"\b(paths?|files?|filenames?|urls?|uris?|schemas?)\b", re.IGNORECASE)
 # a family's member that also speaks of these is left out: it reaches the disk, the network or
@@ -114,6 +124,8 @@ def derive(settings: Iterable[Mapping[str, str]]) -> dict[str, str]:
             continue
         name, text = row["name"], row["description"]
         words = f"{name.replace('_', ' ')} {text}"
+        if name in NEVER:
+            continue
         if name in FILTERS:
             out[name] = "filter"
             continue

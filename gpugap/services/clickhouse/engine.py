@@ -1,6 +1,12 @@
-"""The ClickHouse engine in-process (chDB): a fresh connection for every request.
+"""The ClickHouse engine (chDB) in a process of its own, and a fresh connection for every
+request.
 
-chDB 4 runs queries of different connections in parallel, and a connection's settings, current
+The engine process (enginehost.py) confines itself before it loads the engine: it can read and
+write only its data directory and read its libraries, opens no network connection and starts no
+program (confine.py); it inherits no secret. This side starts it, hands it a socket pair per
+engine connection and speaks wire.py over it; if it stops, every call says so.
+
+chDB runs queries of different connections in parallel, and a connection's settings, current
 database and temporary tables are its own. So each request gets a connection of its own (cheap
 to open), with its settings applied and, for a reader, engine-level ``readonly=1`` set last;
 it is closed after the request. Nothing one request sets can reach another, a slow query holds
@@ -11,14 +17,25 @@ bounds every query and leaves host sources ungranted.
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import os
 import re
+import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpugap.services.clickhouse import wire
+from gpugap.services.clickhouse.confine import ConfinementError
+from schemas.errors import ServiceError
+
+log = logging.getLogger(__name__)
 _CODE = re.compile(r"Code: (\d+)\.")
 _NAME = re.compile(r"\(([A-Z_]+)\)\s*$")
 # the engine quotes our own wrapper query in its errors: not the client's business
@@ -59,7 +76,7 @@ class EngineError(Exception):
 
 @dataclass
 class Outcome:
-    data: bytes = b""
+    data: bytes | bytearray = b""
     rows_read: int = 0
     bytes_read: int = 0
     rows_written: int = 0
@@ -67,22 +84,82 @@ class Outcome:
     result_rows: int = 0
     elapsed_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    pieces: list[bytes | memoryview] | None = None  # the answer framed for the client, if so
+
+
+# what the engine process inherits: no secret, nothing of the endpoint's configuration
+_INHERITED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH")
+START_TIMEOUT_S = 120.0
 
 
 class Engine:
-    def __init__(self, path: Path | None, config: Path | None = None) -> None:
-        import chdb
+    """The engine process (enginehost.py), and this side of its connections.
 
-        self._chdb = chdb
+    ``confine``: ``required`` (the process confines itself or does not start), ``best-effort``
+    (what the kernel allows, the rest logged) or ``off``. ``on_exit`` is called, from a thread,
+    if the process ends while the endpoint still uses it."""
+
+    def __init__(
+        self,
+        path: Path,
+        config: Path | None = None,
+        *,
+        confine: str = "required",
+        on_exit: Callable[[int], None] | None = None,
+    ) -> None:
         self.path = path
-        if path is not None:
-            path.mkdir(parents=True, exist_ok=True)
-            if re.search(r"[?&#%]", str(path)):
-                raise EngineError(f"the data path may not contain ?, &, # or %: {path}", 36)
-        where = f"file:{path}" if path is not None else ":memory:"
-        self._dsn = f"{where}?config-file={config}" if config is not None else where
-        # the engine lives while one connection is open: this one, also used to cancel queries
-        self._keeper = self.connect()
+        path.mkdir(parents=True, exist_ok=True)
+        if re.search(r"[?&#%]", str(path)):
+            raise EngineError(f"the data path may not contain ?, &, # or %: {path}", 36)
+        scratch = path / "tmp"  # the engine's temporary files stay in its data directory
+        scratch.mkdir(exist_ok=True)
+        self._control, theirs = socket.socketpair()
+        their_fd = theirs.fileno()  # the same number in the engine process (pass_fds)
+        env = {k: os.environ[k] for k in _INHERITED if k in os.environ}
+        env["TMPDIR"] = str(scratch)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpugap.services.clickhouse.enginehost"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=path,
+            pass_fds=(their_fd,),
+        )
+        theirs.close()
+        self._stopping = False
+        self._lines = _EngineLog(self.proc)
+        job = {
+            "control": their_fd,
+            "parent": os.getpid(),
+            "path": str(path.resolve()),
+            "config": str(config.resolve()) if config is not None else None,
+            "confine": confine,
+        }
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(job).encode())
+        self.proc.stdin.close()
+        self._control.settimeout(START_TIMEOUT_S)
+        try:
+            ready, _ = wire.receive(self._control)
+        except (OSError, wire.Closed):
+            self.proc.kill()
+            self.proc.wait()
+            raise ServiceError(
+                "the ClickHouse engine process did not start: "
+                + (self._lines.tail() or "it said nothing")
+            ) from None
+        self._control.settimeout(None)
+        if "error" in ready:
+            self.proc.wait()
+            if ready.get("confinement"):
+                raise ConfinementError(ready["error"])
+            raise ServiceError(f"the ClickHouse engine process did not start: {ready['error']}")
+        self.confinement: dict[str, Any] = ready["confinement"]
+        self._control_lock = threading.Lock()
+        self.on_exit = on_exit
+        threading.Thread(target=self._watch, name="engine-watch", daemon=True).start()
+        self._keeper = self.connect()  # for KILL QUERY
         self._keeper_lock = threading.Lock()
         self.version = self._keeper.query("SELECT version()").data.decode().strip()
         names = self._keeper.query("SELECT name FROM system.table_functions", "TSVRaw")
@@ -90,7 +167,19 @@ class Engine:
         self.baseline = self._keeper.changed_settings()
 
     def connect(self) -> Connection:
-        return Connection(self._chdb.connect(self._dsn))
+        """A new engine connection: a socket pair, one end handed to the engine process."""
+        ours, theirs = socket.socketpair()
+        try:
+            with self._control_lock:
+                socket.send_fds(self._control, [b"c"], [theirs.fileno()])
+        except OSError:
+            ours.close()
+            raise EngineError("the engine process is not running", 1001) from None
+        finally:
+            theirs.close()
+        conn = Connection(ours)
+        conn.call({})  # its greeting: the engine opened the connection, or why not
+        return conn
 
     def kill(self, marker: str) -> None:
         """Cancel the query (on any connection) whose log_comment is ``marker``."""
@@ -100,46 +189,99 @@ class Engine:
                 params={"m": marker},
             )
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Close the connections first (the caller's), then the engine: it finishes its
+        writes and exits."""
+        self._stopping = True
         with self._keeper_lock:
             self._keeper.close()
+        self._control.close()
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _watch(self) -> None:
+        code = self.proc.wait()
+        if not self._stopping:
+            log.error("the ClickHouse engine process ended with %s: %s", code, self._lines.tail())
+            if self.on_exit is not None:
+                self.on_exit(code)
+
+
+class _EngineLog:
+    """The engine process's output, a line at a time into this process's log: its own
+    messages (with what a query put in them) never start a line of ours."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._recent: list[str] = []
+        threading.Thread(target=self._pump, args=(proc,), name="engine-log", daemon=True).start()
+
+    def _pump(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            if not line.strip():
+                continue
+            self._recent = [*self._recent[-19:], line]
+            log.warning("engine: %s", line)
+
+    def tail(self) -> str:
+        return " | ".join(self._recent[-5:])
 
 
 class Connection:
     """One engine connection: settings, database and temporary tables of its own."""
 
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def call(
+        self, head: dict[str, Any], payload: bytes | memoryview = b""
+    ) -> tuple[dict[str, Any], bytearray]:
+        try:
+            if head:
+                wire.send(self._sock, head, payload)
+            answer, data = wire.receive(self._sock)
+        except (OSError, wire.Closed, ValueError):
+            raise EngineError(
+                "Code: 1001. DB::Exception: the engine process stopped answering (see the "
+                "endpoint's log). (STD_EXCEPTION)"
+            ) from None
+        if "error" in answer:
+            raise EngineError(_strip_wrapper(answer["error"]))
+        if "too_large" in answer:
+            raise too_large(answer["too_large"], answer["limit"])
+        return answer, data
 
     def query(
-        self, sql: str, fmt: str = "TabSeparated", params: Mapping[str, str] | None = None
+        self,
+        sql: str,
+        fmt: str = "TabSeparated",
+        params: Mapping[str, str] | None = None,
+        limit: int | None = None,
     ) -> Outcome:
+        """Run ``sql``; ``limit``: the most bytes its answer may have (code 396 past it)."""
         started = time.perf_counter()
-        try:
-            res = self._conn._conn.query(sql, fmt, params=dict(params or {}))
-        except Exception as exc:  # chDB raises RuntimeError/ChdbError carrying ClickHouse's text
-            raise EngineError(_strip_wrapper(str(exc))) from None
-        if res.has_error():
-            raise EngineError(res.error_message())
-        data = res.bytes() or b""
-        # chDB's rows_read()/bytes_read() are the result's rows and bytes; what ClickHouse's
-        # summary calls read_rows/read_bytes (from storage) is storage_rows_read()/...
+        head: dict[str, Any] = {"op": "query", "sql": sql, "fmt": fmt, "params": dict(params or {})}
+        if limit is not None:
+            head["limit"] = limit
+        answer, data = self.call(head)
         return Outcome(
             data=data,
-            rows_read=res.storage_rows_read(),
-            bytes_read=res.storage_bytes_read(),
-            rows_written=getattr(res, "rows_written", lambda: 0)(),
-            bytes_written=getattr(res, "bytes_written", lambda: 0)(),
-            result_rows=res.rows_read(),
+            rows_read=answer["rows_read"],
+            bytes_read=answer["bytes_read"],
+            rows_written=answer["rows_written"],
+            bytes_written=answer["bytes_written"],
+            result_rows=answer["result_rows"],
             elapsed_s=time.perf_counter() - started,
-            extra={"result_bytes": res.bytes_read()},
+            extra={"result_bytes": answer["result_bytes"]},
         )
 
     def normalize(self, text: str) -> str:
         """The engine's one-line rendering of ``text`` (a second statement is a syntax error)."""
-        one = self.query(
-            "SELECT formatQuerySingleLine({q:String})", "TSVRaw", {"q": _escaped(text)}
-        )
+        one = self.query("SELECT formatQuerySingleLine({q:String})", "TSVRaw", {"q": escaped(text)})
         return one.data.decode().rstrip("\n")
 
     def explain(self, normalized: str, params: Mapping[str, str] | None = None) -> str:
@@ -161,52 +303,53 @@ class Connection:
         self.query(f"USE {_ident(database)}")
 
     def changed_settings(self) -> dict[str, str]:
-        out = self.query("SELECT name, value FROM system.settings WHERE changed", "TSVRaw")
+        out = self.query(  # (a row filter in force would filter this query too)
+            "SELECT name, value FROM system.settings WHERE changed SETTINGS "
+            "additional_result_filter = '', additional_table_filters = {}",
+            "TSVRaw",
+        )
         rows = (line.split("\t", 1) for line in out.data.decode().splitlines() if "\t" in line)
         return {name: value for name, value in rows}
 
     def begin_insert(self, statement: str, fmt: str) -> Insert:
         """Start ``INSERT INTO t (cols)`` with data in ``fmt``."""
-        try:
-            inserter = self._conn.send_insert(statement, fmt)
-        except Exception as exc:
-            raise EngineError(_strip_wrapper(str(exc))) from None
-        return Insert(inserter)
+        self.call({"op": "insert", "statement": statement, "fmt": fmt})
+        return Insert(self)
 
     def close(self) -> None:
-        self._conn.close()
+        self._sock.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Insert:
     """One streaming INSERT: append chunks, then finish (all rows land) or cancel (none)."""
 
-    def __init__(self, inserter: Any) -> None:
-        self._inserter = inserter
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
         self._started = time.perf_counter()
         self._open = True
         # append/finish/cancel may come from different threads: one at a time, so a cancel
         # after a dropped connection waits for the append in flight instead of racing it
         self._mutex = threading.Lock()
 
-    def append(self, chunk: bytes) -> None:
+    def append(self, chunk: bytes | memoryview) -> None:
         with self._mutex:
             if not self._open:
                 raise EngineError("the insert was already finished or cancelled")
-            try:
-                self._inserter.append(chunk)
-            except Exception as exc:
-                raise EngineError(_strip_wrapper(str(exc))) from None
+            self._conn.call({"op": "append"}, chunk)
 
     def finish(self) -> Outcome:
         with self._mutex:
             self._open = False
-            try:
-                result = self._inserter.finish()
-            except Exception as exc:
-                raise EngineError(_strip_wrapper(str(exc))) from None
+            answer, _ = self._conn.call({"op": "finish"})
         return Outcome(
-            rows_written=result.rows_written,
-            bytes_written=result.bytes_written,
+            rows_written=answer["rows_written"],
+            bytes_written=answer["bytes_written"],
             elapsed_s=time.perf_counter() - self._started,
         )
 
@@ -215,10 +358,22 @@ class Insert:
         with self._mutex:
             if self._open:
                 self._open = False
-                self._inserter.cancel()
+                with contextlib.suppress(EngineError):
+                    self._conn.call({"op": "cancel"})
 
 
-def _escaped(value: str) -> str:
+def too_large(size: int, limit: int) -> EngineError:
+    """ClickHouse's answer to a result over ``max_result_bytes``; here it counts the bytes
+    the answer would send (the engine's own count is of its blocks in memory)."""
+    return EngineError(
+        f"Limit for result exceeded, max bytes: {limit}, current bytes: {size} (the endpoint's "
+        "limit on an answer, GPUGAP_CLICKHOUSE_SERVE_MAX_RESULT_BYTES)",
+        396,
+        "TOO_MANY_ROWS_OR_BYTES",
+    )
+
+
+def escaped(value: str) -> str:
     """A query parameter's value is read in ClickHouse's escaped (TSV) form."""
     return value.translate(_ESCAPES)
 
@@ -234,6 +389,11 @@ def _strip_wrapper(message: str) -> str:
 def literal(value: str) -> str:
     """A ClickHouse string literal (setting values are applied as ``SET name = literal``)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def unliteral(text: str) -> str:
+    """The value ``literal`` quoted."""
+    return re.sub(r"\\(.)", r"\1", text[1:-1], flags=re.DOTALL)
 
 
 def _ident(name: str) -> str:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gpugap.services.clickhouse import body, native, policy
+from gpugap.services.clickhouse import allowed, body, native, policy
 from gpugap.services.clickhouse.engine import (
     Connection,
     Engine,
@@ -18,6 +18,7 @@ from gpugap.services.clickhouse.engine import (
     Insert,
     Outcome,
     literal,
+    too_large,
 )
 from gpugap.services.clickhouse.limits import EndpointLimits
 from groundfloor import sqllex as q
@@ -34,8 +35,10 @@ class Call:
     stream: AsyncIterator[bytes]
     database: str | None
     settings: Mapping[str, str]  # checked names, literal values
+    filters: Mapping[str, str]  # the row filters among them, as the client wrote them
     params: Mapping[str, str]  # query parameters {name:Type}
     default_format: str | None
+    revision: int  # the client's Native revision (client_protocol_version)
     marker: str  # the connection's log_comment: how a cancel finds its query
     conn: Connection | None = None  # a session's own connection, kept after the request
     transient: frozenset[str] = frozenset()  # settings of this request only, reset on ``conn``
@@ -50,8 +53,14 @@ class Result:
 
 
 class Execution:
-    def __init__(self, engine: Engine, limits: EndpointLimits, call: Call) -> None:
-        self.engine, self.limits, self.call = engine, limits, call
+    """``guarded=False`` turns every SQL-level check off (a test shows the engine process's
+    confinement holds without them); nothing but a test passes it."""
+
+    def __init__(
+        self, engine: Engine, limits: EndpointLimits, call: Call, *, guarded: bool = True
+    ) -> None:
+        self.engine, self.limits, self.call, self.guarded = engine, limits, call, guarded
+        self._set_here: frozenset[str] = frozenset()  # what the endpoint set for this request
         self._conn: Connection | None = None
         self._running: asyncio.Future[Any] | None = None
 
@@ -70,7 +79,7 @@ class Execution:
             if kept is None:
                 await self._thread(conn.close)
             else:  # what this request alone set goes back to its default for the next one
-                await self._thread(conn.reset, self.call.transient)
+                await self._thread(conn.reset, self.call.transient | self._set_here)
 
     async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
         """Engine work in a worker thread; if the request is cancelled meanwhile (the client went
@@ -87,6 +96,9 @@ class Execution:
     async def _route(self) -> Result:
         call, conn = self.call, self._conn
         assert conn is not None
+        # first: what runs on this connection from here on is the caller's (the engine's row
+        # policies read the role from it; limits.ROW_POLICIES)
+        await self._thread(conn.apply, {"log_comment": literal(call.marker)})
         split = q.insert_statement(call.url_query) if call.url_query else None
         if split is not None:  # statement in the URL, data in the body
             return await self._insert(split[0], split[1], b"", call.stream)
@@ -101,10 +113,7 @@ class Execution:
             raise body.TooLarge("the query", self.limits.max_query_bytes)
         if not text.strip():
             raise EngineError("Empty query", 62, "SYNTAX_ERROR")
-        off_host = policy.off_host(self.engine.table_functions)
-        stmt = await self._thread(policy.inspect, conn, text, off_host, call.params)
-        if call.readonly:
-            policy.check_reader(stmt)  # KILL QUERY: the engine's readonly lets it through
+        stmt = await self._thread(self._inspect, text, call.params)
         if stmt.takes_data is not None:
             raise EngineError(
                 "Cannot find where the INSERT's data starts: write `INSERT ... FORMAT <name>` "
@@ -117,18 +126,47 @@ class Execution:
         await self._thread(self._prepare)
         fmt = q.trailing_format(stmt.normalized) or call.default_format or "TabSeparated"
         sql = q.strip_trailing_semicolon(text)
-        out = await self._thread(conn.query, sql, fmt, call.params)
+        limit = self.limits.max_result_bytes
+        if fmt == "Native" and stmt.returns_rows and call.revision > 0:
+            out = await self._thread(self._native_framed, q.strip_trailing_format(sql))
+            return Result(out, fmt)
+        out = await self._thread(conn.query, sql, fmt, call.params, limit)
         if fmt == "Native" and stmt.returns_rows and not out.data:
-            out.data = await self._thread(_native_header, conn, sql, call.params)
+            columns = await self._thread(_columns, conn, sql, call.params)
+            out.data = _header_block(columns)
         return Result(out, fmt if stmt.returns_rows else None)
+
+    def _native_framed(self, sql: str) -> Outcome:
+        """Native for a client's revision: the engine answers in Buffers (its blocks' sizes
+        beside Native's serialized columns) and the blocks are framed from those sizes."""
+        conn, call, limit = self._conn, self.call, self.limits.max_result_bytes
+        assert conn is not None
+        out = conn.query(sql, "Buffers", call.params, limit)
+        framed = native.frame(out.data, _columns(conn, sql, call.params), call.revision)
+        if framed.size > limit:  # the bytes sent count (the framing adds a few)
+            raise too_large(framed.size, limit)
+        out.pieces, out.result_rows, out.data = framed.pieces, framed.rows, b""
+        out.extra["result_bytes"] = framed.size
+        return out
+
+    def _inspect(self, text: str, params: Mapping[str, str] | None = None) -> policy.Statement:
+        """The engine's reading of ``text``, checked (unless the guards are off)."""
+        assert self._conn is not None
+        stmt = policy.read(self._conn, text, params)
+        if self.guarded:
+            off_host = policy.off_host(self.engine.table_functions)
+            policy.check(self._conn, stmt, off_host, reader=self.call.readonly)
+        return stmt
 
     def _prepare(self) -> None:
         conn, call = self._conn, self.call
         assert conn is not None
         if call.database:
             conn.use(call.database)
-        policy.check_filters(conn, call.settings, policy.off_host(self.engine.table_functions))
-        conn.apply({**call.settings, "log_comment": literal(call.marker)})
+        if self.guarded:
+            off_host = policy.off_host(self.engine.table_functions)
+            policy.check_filters(conn, call.filters, off_host, reader=call.readonly)
+        conn.apply(call.settings)
         if call.readonly:  # last: from here the engine refuses writes, DDL and setting changes
             conn.query("SET readonly = 1")
 
@@ -147,8 +185,13 @@ class Execution:
             }
         finally:
             scratch.close()
-        for name in changed:
-            policy.check_setting(name, reader=self.call.readonly)
+        if self.guarded:
+            for name in changed:
+                policy.check_setting(name, reader=self.call.readonly)
+            filters = {k: v for k, v in changed.items() if k in allowed.FILTERS}
+            assert self._conn is not None
+            off_host = policy.off_host(self.engine.table_functions)
+            policy.check_filters(self._conn, filters, off_host, reader=self.call.readonly)
         return {k: literal(v) for k, v in changed.items()}
 
     async def _insert(
@@ -158,11 +201,17 @@ class Execution:
         decompressed while the engine parses the previous one."""
         conn = self._conn
         assert conn is not None
-        off_host = policy.off_host(self.engine.table_functions)
-        stmt = await self._thread(policy.inspect, conn, f"{statement} FORMAT {fmt}", off_host)
+        stmt = await self._thread(self._inspect, f"{statement} FORMAT {fmt}")
         if stmt.takes_data is None:
             raise EngineError(f"Not an INSERT that takes data: {statement}", 62, "SYNTAX_ERROR")
         await self._thread(self._prepare)
+        if fmt == "Values" and not self.call.readonly:
+            # clickhouse-java's batches send expressions in their Values rows
+            # (fromUnixTimestamp64Nano(...)); everywhere else (format(), a reader) they stay
+            # off, and what such an expression could reach is the engine process's
+            # confinement's to refuse (the data is never the endpoint's to read as SQL)
+            await self._thread(conn.apply, VALUES_EXPRESSIONS)
+            self._set_here = frozenset(VALUES_EXPRESSIONS)
         if fmt.startswith(TEXT_FORMATS) and not fmt.startswith(
             ("JSONColumns", "JSONCompactColumns")
         ):
@@ -190,6 +239,10 @@ class Execution:
             raise
 
 
+VALUES_EXPRESSIONS = {
+    "input_format_values_interpret_expressions": "1",
+    "input_format_values_deduce_templates_of_expressions": "1",
+}
 # formats whose rows are lines (or, for Values, at least break somewhere)
 TEXT_FORMATS = (
     "CSV", "TSV", "TabSeparated", "JSONEachRow", "JSONCompactEachRow", "JSONStringsEachRow",
@@ -198,9 +251,8 @@ TEXT_FORMATS = (
 )  # fmt: skip
 
 
-def _native_header(conn: Connection, sql: str, params: Mapping[str, str]) -> bytes:
-    """The header block ClickHouse writes for a Native result with no rows (its columns'
-    names and types: clickhouse-go reads the columns from it), which chDB leaves out. The
+def _columns(conn: Connection, sql: str, params: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Names and types of a query's columns, as ClickHouse's Native header gives them. The
     engine describes the query without running it again (``DESCRIBE TABLE (query)``: the
     same user and settings; it also keeps a column's time zone, which chDB's revision-0
     Native drops); what it cannot describe (SHOW, a trailing comment) is run again as
@@ -208,17 +260,24 @@ def _native_header(conn: Connection, sql: str, params: Mapping[str, str]) -> byt
     query = q.strip_trailing_format(sql)
     try:
         described = conn.query(f"DESCRIBE TABLE ({query}\n)", "JSONCompactEachRow", params)
-        pairs = [json.loads(line)[:2] for line in described.data.splitlines() if line]
+        rows = [json.loads(line) for line in described.data.splitlines() if line]
+        return [(row[0], row[1]) for row in rows]
     except (EngineError, ValueError):
-        pairs = _header_pairs(conn.query(query, "RowBinaryWithNamesAndTypes", params).data)
-    out = bytearray(_varint(len(pairs)) + b"\x00")
-    for name, type_name in pairs:
+        head = conn.query(query, "RowBinaryWithNamesAndTypes", params).data
+        return _header_pairs(head)
+
+
+def _header_block(columns: list[tuple[str, str]]) -> bytes:
+    """The header block ClickHouse writes for a Native result with no rows (its columns'
+    names and types: clickhouse-go reads the columns from it), which chDB leaves out."""
+    out = bytearray(_varint(len(columns)) + b"\x00")
+    for name, type_name in columns:
         for text in (name.encode(), type_name.encode()):
             out += _varint(len(text)) + text
     return bytes(out)
 
 
-def _header_pairs(head: bytes) -> list[list[str]]:
+def _header_pairs(head: bytes | bytearray) -> list[tuple[str, str]]:
     """(name, type) of each column from a RowBinaryWithNamesAndTypes header."""
     columns, pos = native.read_varint(head, 0)
     fields: list[str] = []
@@ -226,7 +285,7 @@ def _header_pairs(head: bytes) -> list[list[str]]:
         length, start = native.read_varint(head, pos)
         fields.append(head[start : start + length].decode())
         pos = start + length
-    return [[n, t] for n, t in zip(fields[:columns], fields[columns:], strict=True)]
+    return list(zip(fields[:columns], fields[columns:], strict=True))
 
 
 def _varint(n: int) -> bytes:

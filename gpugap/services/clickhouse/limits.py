@@ -19,6 +19,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 from xml.sax.saxutils import escape
 
 from pydantic import Field
@@ -98,6 +99,13 @@ class EndpointLimits(BaseSettings):
         "requests; its own pages always may",
     )
 
+    confine: Literal["required", "best-effort", "off"] = Field(
+        default="required",
+        description="the engine process's confinement (docs/security.md#confinement): "
+        "required (it does not start unconfined), best-effort (what the kernel allows, the rest "
+        "logged) or off",
+    )
+
     def names(self, field: str) -> frozenset[str]:
         value = getattr(self, field)
         return frozenset(v.strip().lower().rstrip("/") for v in value.split(",") if v.strip())
@@ -145,10 +153,14 @@ def catalog(directory: Path) -> Catalog:
     return Catalog(frozenset(names.split()), frozenset(preset.split()))
 
 
-def write_engine_config(directory: Path, limits: EndpointLimits, cache: Path | None = None) -> Path:
-    """Write config.xml and users.xml into ``directory``; return the config's path. The
-    engine's setting names are read once per chDB version into ``cache`` (default:
-    ``directory``), so a fresh data directory does not start a child process again."""
+def write_engine_config(
+    directory: Path, limits: EndpointLimits, cache: Path | None = None, *, guarded: bool = True
+) -> Path:
+    """Write config.xml and users.xml into ``directory`` (inside the data directory, the one
+    place the engine process can read); return the config's path. The engine's setting names
+    are read once per chDB version into ``cache`` (default: ``directory``), so a fresh data
+    directory does not start a child process again. ``guarded=False`` (a test of the
+    confinement, nothing else) leaves out every grant, constraint and row policy."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     known = catalog(cache or directory)
@@ -158,12 +170,10 @@ def write_engine_config(directory: Path, limits: EndpointLimits, cache: Path | N
         "max_result_bytes": limits.max_result_bytes,
         "max_query_size": limits.max_query_bytes,
     }
-    defaults = "".join(f"<{k}>{v}</{k}>" for k, v in capped.items())
+    defaults = "".join(f"<{k}>{v}</{k}>" for k, v in {**capped, **FORCED}.items())
     # min 1: 0 means "no limit" to the engine
     maxima = "".join(f"<{k}><min>1</min><max>{v}</max></{k}>" for k, v in capped.items())
-    # a client may use fewer threads, never more than the machine has (one reader asking for
-    # thousands would take them from everyone)
-    maxima += f"<max_threads><max>{os.cpu_count() or 1}</max></max_threads>"
+    maxima += f"<max_threads><max>{MAX_THREADS}</max></max_threads>"
     # the allow-list, enforced by the engine: every other setting is constant (clients see it
     # as readonly in system.settings), and so are those that switch a limit or a guard off.
     # Left changeable: readonly (a reader's connection sets it), log_comment (marks a
@@ -174,7 +184,7 @@ def write_engine_config(directory: Path, limits: EndpointLimits, cache: Path | N
         "max_concurrent_queries_for_user",
         "max_concurrent_queries_for_all_users",
     }
-    fixed -= {"readonly", "log_comment", *known.preset, *capped}
+    fixed -= {"readonly", "log_comment", *known.preset, *capped, *PER_REQUEST}
     const = "".join(f"<{k}><const/></{k}>" for k in sorted(fixed))
     grants = "".join(
         f"<query>{escape(g)}</query>"
@@ -189,6 +199,8 @@ def write_engine_config(directory: Path, limits: EndpointLimits, cache: Path | N
     policies = "".join(
         f"<{name}><filter>{escape(rule)}</filter></{name}>" for name, rule in ROW_POLICIES.items()
     )
+    if not guarded:
+        defaults, const, maxima = "".join(f"<{k}>{v}</{k}>" for k, v in capped.items()), "", ""
     users = directory / "users.xml"
     users.write_text(
         "<clickhouse><profiles><default>"
@@ -196,15 +208,52 @@ def write_engine_config(directory: Path, limits: EndpointLimits, cache: Path | N
         f"<constraints>{maxima}{const}</constraints>"
         "</default></profiles><users><default><password></password><profile>default</profile>"
         "<networks><ip>::/0</ip></networks><quota>default</quota>"
-        f"<grants>{grants}</grants><databases><system>{policies}</system></databases>"
-        "</default></users><quotas><default></default></quotas></clickhouse>\n"
-    )
+        + (f"<grants>{grants}</grants><databases><system>{policies}</system></databases>"
+           if guarded else "")
+        + "</default></users><quotas><default></default></quotas></clickhouse>\n"
+    )  # fmt: skip
+    # what the engine would otherwise keep elsewhere on the host stays in its data directory
+    data = directory.parent.resolve()
+    places = "".join(f"<{k}>{escape(str(data / v))}/</{k}>" for k, v in INSIDE.items())
     config = directory / "config.xml"
+    default_database = (
+        f"<default_database>{HOST_FILES_DATABASE}</default_database>" if guarded else ""
+    )
     config.write_text(
-        f"<clickhouse><users_config>{escape(str(users))}</users_config>"
-        f"<default_database>{HOST_FILES_DATABASE}</default_database></clickhouse>\n"
+        f"<clickhouse><users_config>{escape(str(users))}</users_config>{places}"
+        f"{default_database}</clickhouse>\n"
     )
     return config
+
+
+# settings whose value is the endpoint's, for every user: off the allowed list, so constant,
+# but for those the endpoint itself sets per request (PER_REQUEST; the policy refuses them in
+# a query's SETTINGS clause, and a reader's engine readonly refuses every setting change)
+FORCED = {
+    # Values data is data: an expression in it (``(file('/etc/passwd'))``) is refused, never
+    # run, but in a writer's INSERT ... VALUES (execute.VALUES_EXPRESSIONS)
+    "input_format_values_interpret_expressions": 0,
+    "input_format_values_deduce_templates_of_expressions": 0,
+    "send_logs_level": "fatal",
+}
+PER_REQUEST = frozenset(
+    {
+        "input_format_values_interpret_expressions",
+        "input_format_values_deduce_templates_of_expressions",
+    }
+)
+# a client may use a few threads more than the machine has cores, as with a server, but not
+# thousands (they would take the machine from everyone)
+MAX_THREADS = max(16, 2 * (os.cpu_count() or 1))
+# the engine's own directories, inside its data directory
+INSIDE = {
+    "tmp_path": "tmp",
+    "user_files_path": "user_files",
+    "user_scripts_path": "user_scripts",
+    "format_schema_path": "format_schemas",
+    "dictionaries_lib_path": "dictionaries_lib",
+    "user_defined_path": "user_defined",
+}
 
 
 # chDB makes its configured default database an overlay that reads any host file named as a
@@ -220,6 +269,11 @@ ROW_POLICIES = {
     "processes": f"{_ROLE} != 'reader' OR splitByChar(':', Settings['log_comment'])[2] = 'reader'",
     "query_cache": f"{_ROLE} != 'reader'",
     "asynchronous_inserts": f"{_ROLE} != 'reader'",
+    # every thread's stack and query id, the server's own directories and paths
+    "stack_trace": f"{_ROLE} != 'reader'",
+    "disks": f"{_ROLE} != 'reader'",
+    "user_directories": f"{_ROLE} != 'reader'",
+    "server_settings": f"{_ROLE} != 'reader' OR NOT match(name, '(?i)path|dir|file|disk|log')",
 }
 
 

@@ -1,4 +1,5 @@
-"""What a request may do, decided on the engine's own reading of it.
+"""What a request may do, decided on the engine's own reading of it: a second line behind
+the engine process's confinement (confine.py), which holds whatever passes here.
 
 Nothing here parses SQL: the engine parses a request (``formatQuerySingleLine``, which also
 refuses a second statement) and dumps its syntax tree (``EXPLAIN AST`` of that normalized,
@@ -6,9 +7,12 @@ single statement); the checks below read those outputs. Privileges themselves ar
 readonly per connection and the grants of limits.py. What the engine cannot refuse in chDB is
 refused here: ``file()`` (chDB's scalar reads any path, grant or not), ``INTO OUTFILE`` and
 ``FROM INFILE`` (done by chDB's client layer, not by the server), table functions that reach
-the host or the network, dictionaries (their sources may read files or other servers), ATTACH
-(it may attach a directory from anywhere), and row filters (SQL inside a setting) that the
-endpoint has not checked.
+the host, the network, a program (``executable``) or the process's Python objects
+(``python``), dictionaries (their sources may read files or other servers), ATTACH (it may
+attach a directory from anywhere), and, for a reader, the functions and tables that show the
+server's paths or other queries. Row filters (Grafana's ad hoc filters) are SQL inside a
+setting: each expression is read by the engine, never evaluated, and checked like a query,
+wherever it comes from (a URL parameter, SET, a query's or a view's SETTINGS clause).
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from gpugap.services.clickhouse import allowed
-from gpugap.services.clickhouse.engine import Connection, EngineError
+from gpugap.services.clickhouse.engine import Connection, EngineError, escaped
+from groundfloor import sqllex
 
 # table functions that compute or read this server's own tables, nothing else
 SAFE_TABLE_FUNCTIONS = frozenset(
@@ -47,9 +52,13 @@ SAFE_TABLE_FUNCTIONS = frozenset(
 )
 # scalar functions that read the host
 HOST_FUNCTIONS = frozenset({"file", "catboostevaluate", "modelevaluate"})
+# what a reader may not call: the server's own configuration (its paths among it)
+READER_FUNCTIONS = frozenset({"getserversetting", "getmergetreesetting"})
+MAX_FILTER_DEPTH = 4  # a filter's expression may hold a subquery with filters of its own
 
 _FUNCTION = re.compile(r"^\s*Function(?:WithKeyValueArguments)?\s+(\S+)", re.MULTILINE)
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"")
+_FILTER_SETTING = re.compile(rf"\b({'|'.join(sorted(allowed.FILTERS))})\s*=\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -91,16 +100,28 @@ def off_host(table_functions: frozenset[str]) -> frozenset[str]:
     return frozenset({f.lower() for f in table_functions} - SAFE_TABLE_FUNCTIONS | HOST_FUNCTIONS)
 
 
-def inspect(
-    conn: Connection,
-    text: str,
-    off_host: frozenset[str],
-    params: Mapping[str, str] | None = None,
-) -> Statement:
-    """The engine's reading of ``text``; refuses host access (code 497, or 564 for INTO
-    OUTFILE) whoever asks, before anything of it runs."""
+def read(conn: Connection, text: str, params: Mapping[str, str] | None = None) -> Statement:
+    """The engine's reading of ``text``: one statement, normalized, and its syntax tree."""
     normalized = conn.normalize(text)
-    bare = _QUOTED.sub("''", normalized)
+    ast = conn.explain(normalized, params)
+    return Statement(normalized, ast.split("\n", 1)[0].strip(), ast)
+
+
+def check(
+    conn: Connection, stmt: Statement, off_host: frozenset[str], *, reader: bool, depth: int = 0
+) -> None:
+    """``check_statement``, and the row filters the statement holds, each checked the same
+    way."""
+    check_statement(stmt, off_host, reader=reader)
+    for name, text in _filters_in(stmt.normalized):
+        for expression in filter_expressions(conn, name, text, literal=True):
+            check_expression(conn, expression, off_host, reader=reader, depth=depth + 1)
+
+
+def check_statement(stmt: Statement, off_host: frozenset[str], *, reader: bool) -> None:
+    """Refuse host access (code 497, or 564 for INTO OUTFILE) whoever asks, and for a reader
+    what a read-only user of a server could not do or see, before anything of it runs."""
+    bare = _QUOTED.sub("''", stmt.normalized)
     if re.search(r"\bINTO\s+OUTFILE\b", bare):
         raise EngineError(
             "INTO OUTFILE is not allowed over HTTP (the file would be written on the server)",
@@ -109,54 +130,90 @@ def inspect(
         )
     if re.search(r"\bFROM\s+INFILE\b", bare):
         raise _denied("FROM INFILE (it reads a file on the server); send the data in the body")
-    ast = conn.explain(normalized, params)
-    root = ast.split("\n", 1)[0].strip()
-    for name in _FUNCTION.findall(ast):
+    for name in _FUNCTION.findall(stmt.ast):
         if name.lower() in off_host:
-            raise _denied(f"{name}() reaches files, processes or other servers of the host")
-    if "Dictionary definition" in ast:
+            raise _denied(f"{name}() reaches files, programs or other servers of the host")
+        if reader and name.lower() in READER_FUNCTIONS:
+            raise _denied(f"{name}() for a read-only user (it shows the server's configuration)")
+    if "Dictionary definition" in stmt.ast:
         raise _denied("dictionaries (their sources read files or other servers)")
-    if root.startswith("AttachQuery"):
+    if stmt.root.startswith("AttachQuery"):
         raise _denied("ATTACH (it may attach a directory from anywhere on the host)")
-    for name in allowed.FILTERS:
-        if re.search(rf"\b{name}\b", bare):
+    for name in allowed.NEVER:
+        if re.search(rf"\b{name}\b", bare, re.IGNORECASE):
             raise EngineError(
-                f"Setting {name} holds SQL that is checked before it is applied: send it as a "
-                "URL parameter, not with SET, in a query's SETTINGS clause or a definition",
+                f"Setting {name} is the endpoint's (the same for every request) and should not "
+                "be changed",
                 452,
                 "SETTING_CONSTRAINT_VIOLATION",
             )
-    return Statement(normalized, root, ast)
-
-
-def check_filters(conn: Connection, settings: Mapping[str, str], off_host: frozenset[str]) -> None:
-    """The row filters among ``settings`` (name -> literal: ``additional_table_filters``'
-    values, ``additional_result_filter``), each read by the engine and checked like a query
-    before they are applied: a filter is SQL the engine runs beside the query, so ``file()``
-    in one would read the host. (Read from the literals, not from the applied settings: a
-    result filter would filter the query that reads it.)"""
-    for name in sorted(set(settings) & allowed.FILTERS):
-        value = settings[name]
-        if name.endswith("s"):  # a map, in the engine's text form: read as Values data
-            # (value is a string literal made by engine.literal)
-            sql = f"SELECT arrayJoin(mapValues(m)) AS e FROM format(Values, 'm Map(String, String)', concat('(', {value}, ')'))"  # noqa: S608, E501
-        else:
-            sql = f"SELECT {value} AS e"
-        # (a session's connection may hold filters already: not for this query)
-        sql += " SETTINGS additional_result_filter = '', additional_table_filters = {}"
-        out = conn.query(sql, "JSONEachRow").data.decode()
-        for line in out.splitlines():
-            expr = json.loads(line)["e"]
-            if expr.strip():
-                inspect(conn, f"SELECT ({expr}\n)", off_host)
-
-
-def check_reader(stmt: Statement) -> None:
-    """What engine-level readonly=1 lets through but a read-only user of a ClickHouse server
-    could not do here: every engine connection is the engine's one user, so KILL QUERY would
-    reach the queries of every HTTP user (a server asks the KILL QUERY grant for those)."""
-    if stmt.kills:
+    if reader and stmt.kills:  # engine readonly lets it through, and every engine connection
+        # is the one engine user: it would reach the queries of every HTTP user
         raise _denied("KILL QUERY for a read-only user (the queries of other users would match)")
+
+
+def check_filters(
+    conn: Connection, settings: Mapping[str, str], off_host: frozenset[str], *, reader: bool
+) -> None:
+    """The row filters among ``settings`` (name -> the value as the client sent it), each
+    expression read by the engine and checked like a query before the setting is applied."""
+    for name in sorted(set(settings) & allowed.FILTERS):
+        for expression in filter_expressions(conn, name, settings[name], literal=False):
+            check_expression(conn, expression, off_host, reader=reader)
+
+
+def check_expression(
+    conn: Connection, expression: str, off_host: frozenset[str], *, reader: bool, depth: int = 1
+) -> None:
+    if depth > MAX_FILTER_DEPTH:
+        raise _denied(f"row filters nested more than {MAX_FILTER_DEPTH} deep")
+    if expression.strip():
+        stmt = read(conn, f"SELECT ({expression}\n)")
+        check(conn, stmt, off_host, reader=reader, depth=depth)
+
+
+def filter_expressions(conn: Connection, name: str, text: str, *, literal: bool) -> list[str]:
+    """The SQL expressions a filter setting holds, read without evaluating anything:
+    ``additional_table_filters`` is a map literal ``{'table':'expression',...}``;
+    ``additional_result_filter`` an expression (``literal``: as a quoted string literal, the
+    way a SETTINGS clause holds it). The engine's Values parser reads the literal with
+    expression interpretation off, so ``map(...)`` or ``concat(...)`` is refused, not run."""
+    if name == "additional_result_filter" and not literal:
+        return [text]
+    column = "e String" if name == "additional_result_filter" else "m Map(String, String)"
+    rows = conn.query(
+        f"SELECT * FROM format(Values, '{column}', {{row:String}}) SETTINGS "  # noqa: S608
+        "input_format_values_interpret_expressions = 0, "
+        "input_format_values_deduce_templates_of_expressions = 0, "
+        # (a session's connection may hold filters already: not for this query)
+        "additional_result_filter = '', additional_table_filters = {}",
+        "JSONEachRow",
+        {"row": escaped(f"({text})")},
+    )
+    found: list[str] = []
+    for line in rows.data.decode().splitlines():
+        value = json.loads(line)
+        found += [value["e"]] if "e" in value else list(value["m"].values())
+    return found
+
+
+def _filters_in(normalized: str) -> Iterator[tuple[str, str]]:
+    """(setting, literal) for every filter setting a statement's SETTINGS clauses (its own, a
+    subquery's, a view's definition) give, as the engine rendered them: a SETTINGS value is a
+    literal (a map of string literals, or a string), never an expression."""
+    masked = sqllex.mask(normalized)  # literals blanked: a match is the setting, not a string
+    for match in _FILTER_SETTING.finditer(masked):
+        name, start = match.group(1).lower(), match.end()
+        opening, closing = ("{", "}") if name == "additional_table_filters" else ("'", "'")
+        end = masked.find(closing, start + 1)
+        if not masked.startswith(opening, start) or end < 0:
+            raise EngineError(
+                f"Setting {name} is SQL that is checked before it runs: give it as a literal "
+                "(a map of strings, or a string)",
+                452,
+                "SETTING_CONSTRAINT_VIOLATION",
+            )
+        yield name, normalized[start : end + 1]
 
 
 def _denied(what: str) -> EngineError:

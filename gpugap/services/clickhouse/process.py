@@ -22,8 +22,12 @@ class EmbeddedClickHouse:
         host: str = "127.0.0.1",
         env: dict[str, str] | None = None,
         log: Path | None = None,
+        *,
+        command: list[str] | None = None,
     ) -> None:
         self.path, self.port, self.host = path, port, host
+        # what runs ``serve`` (a test runs it with its checks off: tests/security/unguarded.py)
+        self.command = command or [sys.executable, "-m", "gpugap", "clickhouse", "serve"]
         self.env = {**os.environ, **(env or {})}
         self.log = log or path.parent / f"{path.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -36,11 +40,7 @@ class EmbeddedClickHouse:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-m",
-                    "gpugap",
-                    "clickhouse",
-                    "serve",
+                    *self.command,
                     "--path",
                     str(self.path),
                     "--host",

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from gpugap.services.clickhouse import blocks, native
+from gpugap.services.clickhouse import blocks
 from gpugap.services.clickhouse.engine import EngineError, Outcome
 
 CONTENT_TYPES = {
@@ -207,12 +207,8 @@ async def send(
     request: web.BaseRequest, out: Outcome, fmt: str | None, shape: Shape, ctx: Context
 ) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
-    pieces: list[bytes | memoryview] = [out.data] if out.data else []
-    rows = None
-    if fmt == "Native" and shape.revision > 0 and out.data:
-        framed = await loop.run_in_executor(None, native.reframe, out.data, shape.revision)
-        pieces, rows = framed.pieces, framed.rows
-    headers = {**ctx.headers(), "X-ClickHouse-Summary": summary(out, rows)}
+    pieces: list[Any] = out.pieces if out.pieces is not None else [out.data] if out.data else []
+    headers = {**ctx.headers(), "X-ClickHouse-Summary": summary(out)}
     content_type = "text/plain; charset=UTF-8"
     if fmt is not None:
         headers["X-ClickHouse-Format"] = fmt

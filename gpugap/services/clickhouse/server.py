@@ -21,15 +21,15 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from gpugap.services.clickhouse import auth, body, native, play, policy
+from gpugap.services.clickhouse import allowed, auth, body, native, play, policy
 from gpugap.services.clickhouse.browser import BrowserGuard
-from gpugap.services.clickhouse.engine import Engine, EngineError, literal
+from gpugap.services.clickhouse.engine import Engine, EngineError, literal, unliteral
 from gpugap.services.clickhouse.execute import Call, Execution, Result
 from gpugap.services.clickhouse.limits import EndpointLimits, prepare_data_dir, write_engine_config
 from gpugap.services.clickhouse.respond import Context, Shape, choose_encoding, error, send
 from gpugap.services.clickhouse.sessions import Session, Sessions
 from gpugap.services.clickhouse.slots import Slots
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,9 @@ TRANSPORT_PARAMS = frozenset(
         "http_headers_progress_interval_ms", "client_protocol_version", "buffer_size",
         "cancel_http_readonly_queries_on_client_close", "readonly", "role", "stacktrace",
         "http_response_buffer_size", "http_wait_end_of_query", "default_session_timeout",
+        # accepted and not applied: over HTTP the engine's own log reaches no client (and its
+        # text, which a query can put newlines in, stays out of the endpoint's log)
+        "send_logs_level",
     }
 )  # fmt: skip
 # answered without a login, like ClickHouse's static handlers: they hold no data
@@ -68,8 +71,11 @@ class Endpoint:
         users: Mapping[str, User],
         limits: EndpointLimits,
         listen: str = "127.0.0.1",
+        *,
+        guarded: bool = True,
     ) -> None:
         self.engine, self.users, self.limits = engine, users, limits
+        self.guarded = guarded  # False: every SQL-level check off (a test of the confinement)
         self.sessions = Sessions(engine, limits.max_sessions, limits.session_timeout_s)
         self.slots = Slots(limits, users)
         self.browser = BrowserGuard(
@@ -139,7 +145,8 @@ class Endpoint:
         settings: dict[str, str] = {}
         for name, value in params.items():
             if name and name not in TRANSPORT_PARAMS and not name.startswith("param_"):
-                policy.check_setting(name, reader=readonly)
+                if self.guarded:
+                    policy.check_setting(name, reader=readonly)
                 settings[name] = literal(value)
         sid = params.get("session_id")
         session = None
@@ -188,8 +195,10 @@ class Endpoint:
             # parameters (HTTPHandler::processQuery)
             database=headers.get("X-ClickHouse-Database") or params.get("database") or None,
             settings=merged,
+            filters={k: unliteral(v) for k, v in merged.items() if k in allowed.FILTERS},
             params={k[6:]: v for k, v in params.items() if k.startswith("param_")},
             default_format=headers.get("X-ClickHouse-Format") or params.get("default_format"),
+            revision=native.parse_revision(params.get("client_protocol_version")),
             # the engine's row policies read the role from it (limits.ROW_POLICIES)
             marker=f"gpugap:{'reader' if user.readonly else 'admin'}:{uuid.uuid4()}",
             # a writer's session keeps its connection (temporary tables); a read-only request
@@ -197,7 +206,7 @@ class Endpoint:
             conn=await self.sessions.connection(session) if session and not readonly else None,
             transient=frozenset(settings) - frozenset(session.settings if session else ()),
         )
-        result = await Execution(self.engine, self.limits, call).run()
+        result = await Execution(self.engine, self.limits, call, guarded=self.guarded).run()
         result.settings = {**merged, **(result.set_settings or {})}
         if result.set_settings and session is not None:
             session.settings.update(result.set_settings)
@@ -264,23 +273,35 @@ def serve(
     ready_file: Path | None = None,
     limits: EndpointLimits | None = None,
     insecure_no_password: bool = False,
+    sql_guards: bool = True,
 ) -> None:
-    """Run until SIGTERM/SIGINT; then stop accepting, finish requests, close the engine."""
+    """Run until SIGTERM/SIGINT; then stop accepting, finish requests, close the engine.
+    ``sql_guards=False`` turns every SQL-level check and engine grant off: only a test that
+    shows the engine process's confinement holds without them passes it."""
     limits = limits or EndpointLimits()
     check_exposure(host, users, insecure_no_password)
     from groundfloor.settings import ServicesSettings
 
     cache = ServicesSettings().cache_dir / "chdb"
-    config = write_engine_config(path / "gpugap-engine", limits, cache)
-    prepare_data_dir(path)
-    engine = Engine(path, config)
+    config = write_engine_config(path / "gpugap-engine", limits, cache, guarded=sql_guards)
+    if sql_guards:
+        prepare_data_dir(path)
+    engine = Engine(path, config, confine=limits.confine)
+    confinement = engine.confinement
+    if not confinement["confined"]:
+        log.warning(
+            "the ClickHouse engine runs NOT fully confined (%s): SQL that passes the endpoint's "
+            "checks could reach the host",
+            "; ".join(confinement.get("problems") or [confinement["text"]]),
+        )
+    ended: list[int] = []
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         # engine calls, decompression and checks run in threads: enough for every slot
         executor = ThreadPoolExecutor(limits.max_concurrent_queries * 2 + 4, "clickhouse")
         loop.set_default_executor(executor)
-        endpoint = Endpoint(engine, users, limits, host)
+        endpoint = Endpoint(engine, users, limits, host, guarded=sql_guards)
         server = web.Server(
             endpoint.handle,
             handler_cancellation=True,  # a client that goes away cancels its query
@@ -303,9 +324,19 @@ def serve(
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+
+        def engine_ended(code: int) -> None:  # (from the engine's watcher thread)
+            ended.append(code)
+            loop.call_soon_threadsafe(stop.set)
+
+        engine.on_exit = engine_ended
         if ready_file is not None:
             ready_file.write_text(f"{host}:{port}\n")
-        print(f"clickhouse endpoint: http://{host}:{port} (data in {path})", flush=True)
+        print(
+            f"clickhouse endpoint: http://{host}:{port} (data in {path}; engine: "
+            f"{confinement['text']})",
+            flush=True,
+        )
         await stop.wait()
         await runner.cleanup()
         endpoint.sessions.close()
@@ -315,3 +346,8 @@ def serve(
         asyncio.run(main())
     finally:
         engine.close()
+    if ended:
+        raise ServiceError(
+            f"the ClickHouse engine process ended unexpectedly (exit status {ended[0]}): the "
+            "endpoint stopped; the log above says why"
+        )
