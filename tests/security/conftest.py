@@ -218,13 +218,31 @@ class Endpoint:
         return None
 
     def memory(self, field_name: str = "VmHWM") -> int:
-        """The endpoint process's VmHWM (peak resident set) or VmRSS, in bytes."""
+        """VmHWM (peak resident set) or VmRSS, in bytes, of the endpoint's process and of its
+        engine process, summed (the peaks need not have been at the same time: an upper
+        bound)."""
         assert self.server.proc is not None, "the endpoint is not running"
-        status = Path(f"/proc/{self.server.proc.pid}/status").read_text()
-        for line in status.splitlines():
-            if line.startswith(f"{field_name}:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError(f"no {field_name} in /proc/{self.server.proc.pid}/status")
+        pid = self.server.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        total = 0
+        for process in [str(pid), *children]:
+            try:
+                status = Path(f"/proc/{process}/status").read_text()
+            except OSError:  # the engine process ended meanwhile
+                continue
+            for line in status.splitlines():
+                if line.startswith(f"{field_name}:"):
+                    total += int(line.split()[1]) * 1024
+        if not total:
+            raise AssertionError(f"no {field_name} in /proc/{pid}/status")
+        return total
+
+    def engine_pid(self) -> int:
+        assert self.server.proc is not None, "the endpoint is not running"
+        pid = self.server.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1, f"the endpoint has children {children}"
+        return int(children[0])
 
     def connect(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.port), timeout=5)

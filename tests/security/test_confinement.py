@@ -196,20 +196,12 @@ def test_no_secret_enters_the_engine_process(confined: Target, unconfined: Targe
     assert names <= {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "TMPDIR"}, names
     assert ADMIN_PASSWORD not in environ and READER_PASSWORD not in environ
     for target in (confined, unconfined):
-        engine = _engine_pid(target.endpoint)
+        engine = target.endpoint.engine_pid()
         raw = (
             Path(f"/proc/{engine}/environ").read_bytes()
             + Path(f"/proc/{engine}/cmdline").read_bytes()
         )
         assert ADMIN_PASSWORD.encode() not in raw and READER_PASSWORD.encode() not in raw
-
-
-def _engine_pid(endpoint: Endpoint) -> int:
-    assert endpoint.server.proc is not None
-    pid = endpoint.server.proc.pid
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    assert len(children) == 1, f"the endpoint has children {children}"
-    return int(children[0])
 
 
 @pytest.mark.parametrize("mode", ["required", "best-effort"])

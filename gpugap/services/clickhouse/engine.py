@@ -17,6 +17,7 @@ bounds every query and leaves host sources ungranted.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,8 +97,9 @@ class Engine:
     """The engine process (enginehost.py), and this side of its connections.
 
     ``confine``: ``required`` (the process confines itself or does not start), ``best-effort``
-    (what the kernel allows, the rest logged) or ``off``. ``on_exit`` is called, from a thread,
-    if the process ends while the endpoint still uses it."""
+    (what the kernel allows, the rest logged) or ``off``. ``startup``: statements the engine
+    runs before it serves (the workloads). ``on_exit`` is called, from a thread, if the process
+    ends while the endpoint still uses it."""
 
     def __init__(
         self,
@@ -105,6 +107,7 @@ class Engine:
         config: Path | None = None,
         *,
         confine: str = "required",
+        startup: Sequence[str] = (),
         on_exit: Callable[[int], None] | None = None,
     ) -> None:
         self.path = path
@@ -117,6 +120,7 @@ class Engine:
         their_fd = theirs.fileno()  # the same number in the engine process (pass_fds)
         env = {k: os.environ[k] for k in _INHERITED if k in os.environ}
         env["TMPDIR"] = str(scratch)
+        env["PYTHONPATH"] = _code_roots(env.get("PYTHONPATH"))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpugap.services.clickhouse.enginehost"],
             stdin=subprocess.PIPE,
@@ -135,6 +139,7 @@ class Engine:
             "path": str(path.resolve()),
             "config": str(config.resolve()) if config is not None else None,
             "confine": confine,
+            "startup": list(startup),
         }
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(job).encode())
@@ -210,6 +215,20 @@ class Engine:
                 self.on_exit(code)
 
 
+def _code_roots(inherited: str | None) -> str:
+    """PYTHONPATH for the engine process: the directories this process found gpugap's
+    packages in first, so that both run the same code (a checkout run as ``python -m
+    gpugap`` from its root finds its own before an installed one)."""
+    roots: list[str] = []
+    for package in ("gpugap", "schemas"):
+        spec = importlib.util.find_spec(package)
+        for location in spec.submodule_search_locations or () if spec else ():
+            root = str(Path(location).resolve().parent)
+            if root not in roots:
+                roots.append(root)
+    return os.pathsep.join([*roots, *(inherited.split(os.pathsep) if inherited else [])])
+
+
 class _EngineLog:
     """The engine process's output, a line at a time into this process's log: its own
     messages (with what a query put in them) never start a line of ours."""
@@ -238,11 +257,18 @@ class Connection:
         self._sock = sock
 
     def call(
-        self, head: dict[str, Any], payload: bytes | memoryview = b""
+        self,
+        head: dict[str, Any],
+        payload: bytes | memoryview = b"",
+        *,
+        expect_answer: bool = True,
     ) -> tuple[dict[str, Any], bytearray]:
+        """Send one request (none: read the greeting) and read its answer."""
         try:
             if head:
                 wire.send(self._sock, head, payload)
+            if not expect_answer:
+                return {}, bytearray()
             answer, data = wire.receive(self._sock)
         except (OSError, wire.Closed, ValueError):
             raise EngineError(
@@ -261,13 +287,25 @@ class Connection:
         fmt: str = "TabSeparated",
         params: Mapping[str, str] | None = None,
         limit: int | None = None,
+        admit: Callable[[int], None] | None = None,
     ) -> Outcome:
-        """Run ``sql``; ``limit``: the most bytes its answer may have (code 396 past it)."""
+        """Run ``sql``; ``limit``: the most bytes its answer may have (code 396 past it);
+        ``admit``: called with the answer's size before it leaves the engine process (what it
+        raises drops the answer there)."""
         started = time.perf_counter()
         head: dict[str, Any] = {"op": "query", "sql": sql, "fmt": fmt, "params": dict(params or {})}
         if limit is not None:
             head["limit"] = limit
+        if admit is not None:
+            head["admit"] = True
         answer, data = self.call(head)
+        if "admit" in answer and admit is not None:
+            try:
+                admit(answer["admit"])
+            except BaseException:
+                self.call({"take": False}, expect_answer=False)
+                raise
+            _, data = self.call({"take": True})
         return Outcome(
             data=data,
             rows_read=answer["rows_read"],

@@ -35,16 +35,24 @@ MACHINE = (
     "/dev/urandom", "/etc/ld.so.cache",
 )  # fmt: skip
 SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
+# the packages the engine process imports code from
+PACKAGES = ("gpugap", "schemas", "chdb", "chdb_core")
 
 
 def library_paths() -> list[Path]:
     """Where this interpreter and the engine load code from: the interpreter's own library
-    directories, every directory on sys.path, the directories of gpugap's own packages (an
-    editable install maps them outside site-packages) and the system's shared libraries."""
+    directories (the standard library, site-packages), the directories of gpugap's own
+    packages (an editable install keeps them in a checkout, whose other files stay out) and
+    the system's shared libraries."""
     found = [Path(p) for p in SYSTEM_LIBRARIES]
     found += [Path(p) for p in sysconfig.get_paths().values()]
-    found += [Path(p) for p in sys.path if p and Path(p).is_absolute()]
-    for package in ("gpugap", "groundfloor", "schemas", "chdb", "chdb_core"):
+    prefixes = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    for entry in (Path(p) for p in sys.path if p and Path(p).is_absolute()):
+        if entry.name in ("site-packages", "dist-packages") or any(
+            entry.is_relative_to(prefix) for prefix in prefixes
+        ):
+            found.append(entry)
+    for package in PACKAGES:
         spec = importlib.util.find_spec(package)
         if spec is not None:
             found += [Path(p) for p in spec.submodule_search_locations or ()]
@@ -73,6 +81,8 @@ def main() -> int:
 
         dsn = f"file:{path}" + (f"?config-file={job['config']}" if job["config"] else "")
         keeper = chdb.connect(dsn)  # the engine lives while one connection is open
+        for statement in job.get("startup") or ():  # the workloads (limits.workloads)
+            keeper._conn.query(statement, "TabSeparated")
     except confine.ConfinementError as exc:  # the endpoint reports it and stops
         wire.send(control, {"error": str(exc), "confinement": True})
         return 1
@@ -157,6 +167,14 @@ def _do(
             "result_rows": res.rows_read(),
             "result_bytes": res.bytes_read(),
         }
+        if head.get("admit") and len(data):
+            # the endpoint counts the answer against its user's bytes waiting to be sent
+            # before it takes it (or says to drop it)
+            wire.send(sock, {"ok": 1, "admit": len(data), **summary})
+            decision, _ = wire.receive(sock)
+            if decision.get("take"):
+                wire.send(sock, {"ok": 1}, data)
+            return inserter
         wire.send(sock, {"ok": 1, **summary}, data)
         return inserter
     if op == "insert":

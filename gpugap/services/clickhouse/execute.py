@@ -40,6 +40,10 @@ class Call:
     default_format: str | None
     revision: int  # the client's Native revision (client_protocol_version)
     marker: str  # the connection's log_comment: how a cancel finds its query
+    workload: str  # the engine workload of the caller's role: its share of memory
+    # called with the size of the answer before it leaves the engine process (the user's
+    # bytes waiting to be sent: slots.Pending)
+    admit: Callable[[int], None] | None = None
     conn: Connection | None = None  # a session's own connection, kept after the request
     transient: frozenset[str] = frozenset()  # settings of this request only, reset on ``conn``
 
@@ -98,7 +102,8 @@ class Execution:
         assert conn is not None
         # first: what runs on this connection from here on is the caller's (the engine's row
         # policies read the role from it; limits.ROW_POLICIES)
-        await self._thread(conn.apply, {"log_comment": literal(call.marker)})
+        mark = {"log_comment": literal(call.marker), "workload": literal(call.workload)}
+        await self._thread(conn.apply, mark)
         split = q.insert_statement(call.url_query) if call.url_query else None
         if split is not None:  # statement in the URL, data in the body
             return await self._insert(split[0], split[1], b"", call.stream)
@@ -130,7 +135,7 @@ class Execution:
         if fmt == "Native" and stmt.returns_rows and call.revision > 0:
             out = await self._thread(self._native_framed, q.strip_trailing_format(sql))
             return Result(out, fmt)
-        out = await self._thread(conn.query, sql, fmt, call.params, limit)
+        out = await self._thread(conn.query, sql, fmt, call.params, limit, call.admit)
         if fmt == "Native" and stmt.returns_rows and not out.data:
             columns = await self._thread(_columns, conn, sql, call.params)
             out.data = _header_block(columns)
@@ -141,7 +146,7 @@ class Execution:
         beside Native's serialized columns) and the blocks are framed from those sizes."""
         conn, call, limit = self._conn, self.call, self.limits.max_result_bytes
         assert conn is not None
-        out = conn.query(sql, "Buffers", call.params, limit)
+        out = conn.query(sql, "Buffers", call.params, limit, call.admit)
         framed = native.frame(out.data, _columns(conn, sql, call.params), call.revision)
         if framed.size > limit:  # the bytes sent count (the framing adds a few)
             raise too_large(framed.size, limit)

@@ -17,12 +17,13 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from xml.sax.saxutils import escape
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpugap.services.clickhouse import policy
@@ -70,7 +71,32 @@ class EndpointLimits(BaseSettings):
         default=4 * GiB, gt=0, description="default and maximum per query"
     )
     max_result_bytes: int = Field(
-        default=1 * GiB, gt=0, description="a result is buffered before it is sent: its maximum"
+        default=1 * GiB,
+        gt=0,
+        description="the bytes one answer may send (it is buffered before it is sent)",
+    )
+    max_pending_bytes_for_user: int = Field(
+        default=1 * GiB,
+        gt=0,
+        description="the bytes of one user's answers waiting to be sent at once (at least "
+        "MAX_RESULT_BYTES); a request that would pass it waits QUEUE_WAIT_S, then gets code 241",
+    )
+    send_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="how long a client may take to accept the next piece of an answer, like "
+        "http_send_timeout; then the connection is closed and its slot freed",
+    )
+    max_server_memory_usage: int = Field(
+        default=0,
+        ge=0,
+        description="the engine's memory (0: 80 % of the machine's, or of its cgroup's limit)",
+    )
+    max_memory_usage_for_user: int = Field(
+        default=0,
+        ge=0,
+        description="the memory one user's queries may hold together, enforced by the engine's "
+        "workloads (0: the server's memory shared equally among the users)",
     )
     max_concurrent_queries: int = Field(default=16, gt=0)
     max_concurrent_queries_for_user: int = Field(
@@ -105,6 +131,21 @@ class EndpointLimits(BaseSettings):
         "required (it does not start unconfined), best-effort (what the kernel allows, the rest "
         "logged) or off",
     )
+
+    @model_validator(mode="after")
+    def _pending_holds_an_answer(self) -> EndpointLimits:
+        if self.max_pending_bytes_for_user < self.max_result_bytes:
+            raise ValueError(
+                "GPUGAP_CLICKHOUSE_SERVE_MAX_PENDING_BYTES_FOR_USER must be at least "
+                "MAX_RESULT_BYTES (one answer must fit)"
+            )
+        return self
+
+    def server_memory(self) -> int:
+        return self.max_server_memory_usage or int(machine_memory() * 0.8)
+
+    def user_memory(self, users: int) -> int:
+        return self.max_memory_usage_for_user or self.server_memory() // max(1, users)
 
     def names(self, field: str) -> frozenset[str]:
         value = getattr(self, field)
@@ -184,7 +225,7 @@ def write_engine_config(
         "max_concurrent_queries_for_user",
         "max_concurrent_queries_for_all_users",
     }
-    fixed -= {"readonly", "log_comment", *known.preset, *capped, *PER_REQUEST}
+    fixed -= {"readonly", *known.preset, *capped, *PER_REQUEST}
     const = "".join(f"<{k}><const/></{k}>" for k in sorted(fixed))
     grants = "".join(
         f"<query>{escape(g)}</query>"
@@ -219,8 +260,13 @@ def write_engine_config(
     default_database = (
         f"<default_database>{HOST_FILES_DATABASE}</default_database>" if guarded else ""
     )
+    memory = (
+        f"<max_server_memory_usage>{limits.server_memory()}</max_server_memory_usage>"
+        # a query naming a workload nobody made is refused, not run unscheduled
+        "<throw_on_unknown_workload>1</throw_on_unknown_workload>"
+    )
     config.write_text(
-        f"<clickhouse><users_config>{escape(str(users))}</users_config>{places}"
+        f"<clickhouse><users_config>{escape(str(users))}</users_config>{places}{memory}"
         f"{default_database}</clickhouse>\n"
     )
     return config
@@ -240,6 +286,8 @@ PER_REQUEST = frozenset(
     {
         "input_format_values_interpret_expressions",
         "input_format_values_deduce_templates_of_expressions",
+        "log_comment",  # the request's role marker (ROW_POLICIES)
+        "workload",  # the role's share of memory (workloads())
     }
 )
 # a client may use a few threads more than the machine has cores, as with a server, but not
@@ -275,6 +323,43 @@ ROW_POLICIES = {
     "user_directories": f"{_ROLE} != 'reader'",
     "server_settings": f"{_ROLE} != 'reader' OR NOT match(name, '(?i)path|dir|file|disk|log')",
 }
+
+
+def workloads(limits: EndpointLimits, roles: Iterable[str]) -> list[str]:
+    """The engine's workloads: one per role, each holding at most its share of the server's
+    memory (the engine evicts the largest query of a workload past its share), all under the
+    server's, and ``default`` for the endpoint's own queries. Created by the engine process
+    when it starts (chDB does not load them from its data directory)."""
+    names = sorted(set(roles))
+    share = limits.user_memory(len(names))
+    out = [
+        "CREATE OR REPLACE RESOURCE memory (MEMORY RESERVATION)",
+        f"CREATE OR REPLACE WORKLOAD all SETTINGS max_memory = {limits.server_memory()}",
+        "CREATE OR REPLACE WORKLOAD default IN `all`",
+    ]
+    out += [
+        f"CREATE OR REPLACE WORKLOAD {workload(role)} IN `all` SETTINGS max_memory = {share}"
+        for role in names
+    ]
+    return out
+
+
+def workload(role: str) -> str:
+    """The engine workload of a role's queries (a request sets it with its role marker)."""
+    return f"gpugap_{role}"
+
+
+def machine_memory() -> int:
+    """This machine's memory, or its cgroup's limit if lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
 
 
 def prepare_data_dir(path: Path) -> None:

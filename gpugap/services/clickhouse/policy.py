@@ -58,6 +58,12 @@ MAX_FILTER_DEPTH = 4  # a filter's expression may hold a subquery with filters o
 
 _FUNCTION = re.compile(r"^\s*Function(?:WithKeyValueArguments)?\s+(\S+)", re.MULTILINE)
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"")
+# settings the engine lets the endpoint change per request, and no client (limits.PER_REQUEST)
+ENDPOINT_OWNED = allowed.NEVER | {"log_comment", "workload"}
+_SETTINGS_CLAUSE = re.compile(r"\bSETTINGS\s+", re.IGNORECASE)
+_ASSIGNMENT = re.compile(
+    r"\s*(\w+)\s*=\s*(?:'[^']*'|\{[^}]*\}|\[[^\]]*\]|\([^)]*\)|[\w.+-]+)\s*(,)?"
+)
 _FILTER_SETTING = re.compile(rf"\b({'|'.join(sorted(allowed.FILTERS))})\s*=\s*", re.IGNORECASE)
 
 
@@ -139,14 +145,15 @@ def check_statement(stmt: Statement, off_host: frozenset[str], *, reader: bool) 
         raise _denied("dictionaries (their sources read files or other servers)")
     if stmt.root.startswith("AttachQuery"):
         raise _denied("ATTACH (it may attach a directory from anywhere on the host)")
-    for name in allowed.NEVER:
-        if re.search(rf"\b{name}\b", bare, re.IGNORECASE):
-            raise EngineError(
-                f"Setting {name} is the endpoint's (the same for every request) and should not "
-                "be changed",
-                452,
-                "SETTING_CONSTRAINT_VIOLATION",
-            )
+    for name in assigned_settings(stmt.normalized) & ENDPOINT_OWNED:
+        raise EngineError(
+            f"Setting {name} is the endpoint's (it sets it for each request) and should not be "
+            "changed",
+            452,
+            "SETTING_CONSTRAINT_VIOLATION",
+        )
+    if stmt.root.startswith(("CreateWorkload", "DropWorkload", "CreateResource", "DropResource")):
+        raise _denied("workloads and resources (they hold each user to a share of memory)")
     if reader and stmt.kills:  # engine readonly lets it through, and every engine connection
         # is the one engine user: it would reach the queries of every HTTP user
         raise _denied("KILL QUERY for a read-only user (the queries of other users would match)")
@@ -194,6 +201,21 @@ def filter_expressions(conn: Connection, name: str, text: str, *, literal: bool)
     for line in rows.data.decode().splitlines():
         value = json.loads(line)
         found += [value["e"]] if "e" in value else list(value["m"].values())
+    return found
+
+
+def assigned_settings(normalized: str) -> set[str]:
+    """The names every SETTINGS clause of a statement (its own, a subquery's, a table's or a
+    view's) assigns, as the engine rendered them (``SETTINGS a = 1, b = 'x'``)."""
+    masked = sqllex.mask(normalized)  # literals blanked: their content is never a name
+    found: set[str] = set()
+    for clause in _SETTINGS_CLAUSE.finditer(masked):
+        pos = clause.end()
+        while (m := _ASSIGNMENT.match(masked, pos)) is not None:
+            found.add(m.group(1).lower())
+            pos = m.end()
+            if m.group(2) is None:
+                break
     return found
 
 

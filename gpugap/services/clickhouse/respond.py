@@ -204,8 +204,15 @@ def summary(out: Outcome, result_rows: int | None = None) -> str:
 
 
 async def send(
-    request: web.BaseRequest, out: Outcome, fmt: str | None, shape: Shape, ctx: Context
+    request: web.BaseRequest,
+    out: Outcome,
+    fmt: str | None,
+    shape: Shape,
+    ctx: Context,
+    *,
+    timeout_s: float,
 ) -> web.StreamResponse:
+    """Send ``out``; a client that accepts nothing more for ``timeout_s`` is cut off."""
     loop = asyncio.get_running_loop()
     pieces: list[Any] = out.pieces if out.pieces is not None else [out.data] if out.data else []
     headers = {**ctx.headers(), "X-ClickHouse-Summary": summary(out)}
@@ -222,9 +229,14 @@ async def send(
     if plain:
         resp.content_length = sum(len(p) for p in pieces)
     await resp.prepare(request)
-    while (chunk := await loop.run_in_executor(None, next, body, None)) is not None:
-        await resp.write(chunk)
-    await resp.write_eof()
+    try:
+        while (chunk := await loop.run_in_executor(None, next, body, None)) is not None:
+            await asyncio.wait_for(resp.write(chunk), timeout_s)
+        await asyncio.wait_for(resp.write_eof(), timeout_s)
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()  # the connection goes, and the slot with it
+        raise
     return resp
 
 

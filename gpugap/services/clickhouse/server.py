@@ -13,7 +13,7 @@ import logging
 import re
 import signal
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +25,16 @@ from gpugap.services.clickhouse import allowed, auth, body, native, play, policy
 from gpugap.services.clickhouse.browser import BrowserGuard
 from gpugap.services.clickhouse.engine import Engine, EngineError, literal, unliteral
 from gpugap.services.clickhouse.execute import Call, Execution, Result
-from gpugap.services.clickhouse.limits import EndpointLimits, prepare_data_dir, write_engine_config
+from gpugap.services.clickhouse.limits import (
+    EndpointLimits,
+    prepare_data_dir,
+    workload,
+    workloads,
+    write_engine_config,
+)
 from gpugap.services.clickhouse.respond import Context, Shape, choose_encoding, error, send
 from gpugap.services.clickhouse.sessions import Session, Sessions
-from gpugap.services.clickhouse.slots import Slots
+from gpugap.services.clickhouse.slots import Pending, Slots
 from schemas.errors import ConfigError, ServiceError
 
 log = logging.getLogger(__name__)
@@ -78,6 +84,7 @@ class Endpoint:
         self.guarded = guarded  # False: every SQL-level check off (a test of the confinement)
         self.sessions = Sessions(engine, limits.max_sessions, limits.session_timeout_s)
         self.slots = Slots(limits, users)
+        self.pending = Pending(limits.max_pending_bytes_for_user, limits.queue_wait_s)
         self.browser = BrowserGuard(
             listen, limits.names("allowed_hosts"), limits.names("allowed_origins")
         )
@@ -118,11 +125,25 @@ class Endpoint:
                 compress=params.get("compress") in _TRUE,
                 revision=native.parse_revision(params.get("client_protocol_version")),
             )
-            async with self.slots.held(user.name):  # released before the answer is sent:
-                result = await self._execute(request, user, shape)  # a slow reader holds none
-            if result.settings.get("session_timezone"):
-                ctx.timezone = result.settings["session_timezone"].strip("'")
-            return await send(request, result.outcome, result.fmt, shape, ctx)
+            # the answer is produced, framed, compressed and sent in the user's slot, and its
+            # bytes count against the user's until they are sent: a reader whose client does
+            # not read holds its own slots and budget, nobody else's
+            admitted = Admitted(self.pending, user.name)
+            async with self.slots.held(user.name):
+                try:
+                    result = await self._execute(request, user, shape, admitted.take)
+                    if result.settings.get("session_timezone"):
+                        ctx.timezone = result.settings["session_timezone"].strip("'")
+                    return await send(
+                        request,
+                        result.outcome,
+                        result.fmt,
+                        shape,
+                        ctx,
+                        timeout_s=self.limits.send_timeout_s,
+                    )
+                finally:
+                    admitted.give_back()
         except EngineError as exc:
             return error(exc, self.engine.version, shape, ctx)
 
@@ -136,7 +157,13 @@ class Endpoint:
             )
         return user
 
-    async def _execute(self, request: web.BaseRequest, user: User, shape: Shape) -> Result:
+    async def _execute(
+        self,
+        request: web.BaseRequest,
+        user: User,
+        shape: Shape,
+        admit: Callable[[int], None],
+    ) -> Result:
         params = request.query
         readonly = user.readonly or request.method in ("GET", "HEAD")
         readonly = readonly or params.get("readonly", "0") != "0"
@@ -159,7 +186,7 @@ class Endpoint:
             )
         broken = False
         try:
-            return await self._run(request, user, readonly, settings, session)
+            return await self._run(request, user, readonly, settings, session=session, admit=admit)
         except EngineError:
             raise
         except BaseException:  # cancelled, or the engine failed: the connection's state is unknown
@@ -175,7 +202,9 @@ class Endpoint:
         user: User,
         readonly: bool,
         settings: dict[str, str],
+        *,
         session: Session | None,
+        admit: Callable[[int], None],
     ) -> Result:
         params, headers = request.query, request.headers
         merged = {**(session.settings if session else {}), **settings}
@@ -200,7 +229,9 @@ class Endpoint:
             default_format=headers.get("X-ClickHouse-Format") or params.get("default_format"),
             revision=native.parse_revision(params.get("client_protocol_version")),
             # the engine's row policies read the role from it (limits.ROW_POLICIES)
-            marker=f"gpugap:{'reader' if user.readonly else 'admin'}:{uuid.uuid4()}",
+            marker=f"gpugap:{role(user)}:{uuid.uuid4()}",
+            workload=workload(role(user)) if self.guarded else "default",
+            admit=admit,
             # a writer's session keeps its connection (temporary tables); a read-only request
             # runs on one of its own with the session's settings
             conn=await self.sessions.connection(session) if session and not readonly else None,
@@ -209,8 +240,28 @@ class Endpoint:
         result = await Execution(self.engine, self.limits, call, guarded=self.guarded).run()
         result.settings = {**merged, **(result.set_settings or {})}
         if result.set_settings and session is not None:
-            session.settings.update(result.set_settings)
+            session.keep(result.set_settings)
         return result
+
+
+class Admitted:
+    """What one request's answer took of its user's bytes waiting to be sent."""
+
+    def __init__(self, pending: Pending, user: str) -> None:
+        self.pending, self.user, self.size = pending, user, 0
+
+    def take(self, size: int) -> None:  # (from the engine call's worker thread)
+        self.pending.take(self.user, size)
+        self.size += size
+
+    def give_back(self) -> None:
+        if self.size:
+            self.pending.give(self.user, self.size)
+            self.size = 0
+
+
+def role(user: User) -> str:
+    return "reader" if user.readonly else "admin"
 
 
 def _level(value: str | None) -> int:
@@ -286,7 +337,9 @@ def serve(
     config = write_engine_config(path / "gpugap-engine", limits, cache, guarded=sql_guards)
     if sql_guards:
         prepare_data_dir(path)
-    engine = Engine(path, config, confine=limits.confine)
+    roles = {role(u) for u in users.values()}
+    startup = workloads(limits, roles) if sql_guards else []
+    engine = Engine(path, config, confine=limits.confine, startup=startup)
     confinement = engine.confinement
     if not confinement["confined"]:
         log.warning(

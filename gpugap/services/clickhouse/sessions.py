@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from gpugap.services.clickhouse.engine import Connection, Engine, EngineError
 
+MAX_SETTINGS_BYTES = 64 << 10  # what SET may keep for a session, names and values
+
 
 @dataclass
 class Session:
@@ -26,6 +28,20 @@ class Session:
 
     def expired(self, now: float) -> bool:
         return not self.busy and now - self.used >= self.timeout_s
+
+    def keep(self, changed: dict[str, str]) -> None:
+        """What a SET changed, for the session's later requests: bounded in size, since every
+        later request applies it on a fresh engine connection."""
+        merged = {**self.settings, **changed}
+        size = sum(len(k) + len(v) for k, v in merged.items())
+        if size > MAX_SETTINGS_BYTES:
+            raise EngineError(
+                f"The settings of session {self.sid} would hold {size} bytes, more than the "
+                f"embedded endpoint keeps for a session ({MAX_SETTINGS_BYTES})",
+                452,
+                "SETTING_CONSTRAINT_VIOLATION",
+            )
+        self.settings = merged
 
 
 class Sessions:
