@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpugap import __version__
+from groundfloor import logs
 from groundfloor.plugin import LOCAL_MODULES, missing_extra, require
 from schemas.errors import ConfigError, FatalError, GpugapError
 
@@ -372,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return slurm_hook(argv[1:])
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logs.configure(logging.WARNING)
     try:
         code: int = args.func(args)
     except GpugapError as exc:

@@ -127,10 +127,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--follow", action="store_true", help="keep running, drain every --interval")
     p.add_argument("--interval", type=float, default=10.0, metavar="S")
     args = p.parse_args(argv)
+    from groundfloor import logs
     from producers.slurm.settings import SlurmSettings
 
     root = Path(args.spool_dir) if args.spool_dir else SlurmSettings().spool_dir
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.configure(logging.INFO)
     by_topic: Counter[str] = Counter()
     try:
         spool.check(str(root), owners=(os.geteuid(), 0))  # refused before Kafka is asked

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import requests
 
 from tests.security.conftest import (
@@ -220,3 +221,169 @@ def test_a_session_keeps_bounded_settings(endpoint: Endpoint) -> None:
     endpoint.ok("SET format_custom_row_before_delimiter = '<'", READER, session=small)
     grown = endpoint.memory("VmRSS") - before
     assert grown < 200 * MIB, f"100 refused sessions grew the endpoint by {grown >> 20} MiB"
+
+
+# --- host files through row filters and Values; other users' query text ------------------------
+
+
+@pytest.fixture(scope="module")
+def filtered(endpoint: Endpoint) -> str:
+    name = unique("filtered")
+    endpoint.ok(f"CREATE TABLE {name} (n UInt32) ENGINE = MergeTree ORDER BY n")
+    endpoint.ok(f"INSERT INTO {name} SELECT number FROM numbers(10)")
+    return name
+
+
+def _leaks(r: requests.Response) -> list[str]:
+    text = r.text
+    found = [s for s in ("PATH=", "root:x:", "GPUGAP_", "sec-admin-pw") if s in text]
+    return found + ([f"hostname {socket.gethostname()!r}"] if socket.gethostname() in text else [])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "map('{t}', concat('@', replaceAll(file('/proc/self/environ'), char(0), ' ')))",
+        "map('{t}', concat('@', file('/etc/passwd')))",
+        "{{'{t}': 'concat(\\'@\\', file(\\'/proc/self/environ\\')) = \\'\\''}}",
+    ],
+    ids=["the environment", "a host file", "file() in the filter"],
+)
+def test_a_row_filter_never_reads_a_host_file(
+    endpoint: Endpoint, filtered: str, value: str
+) -> None:
+    """Grafana's row filter setting, read by the endpoint's check: its Values parser evaluated
+    expressions, and the syntax error quoted the file (the admin's password among it)."""
+    params = {"additional_table_filters": value.format(t=filtered)}
+    for who in (READER, ADMIN):
+        r = endpoint.ask(f"SELECT count() FROM {filtered}", who, params=params)
+        assert r.status_code >= 400 and not _leaks(r), f"{_leaks(r)}: {describe(r)}"
+
+
+def test_a_reader_filter_shows_no_other_users_query(endpoint: Endpoint, filtered: str) -> None:
+    """The filter check ran before the reader's role was set on the connection, so the row
+    policy on system.processes let the admin's running query text through."""
+    secret = unique("admin_secret_text")
+    admin = threading.Thread(
+        target=endpoint.ask,
+        args=(f"SELECT sleepEachRow(0.5), '{secret}' FROM numbers(8)",),
+        kwargs={"params": {"max_block_size": "1"}, "timeout": 30},
+    )
+    admin.start()
+    try:
+        assert poll(lambda: secret in endpoint.ok("SELECT query FROM system.processes"), 5)
+        probe = "toUInt8((SELECT any(query) FROM system.processes WHERE query LIKE '%secret%'))"
+        quoted = probe.replace("'", "\\'")
+        processes = "(SELECT any(query) FROM system.processes WHERE query LIKE '%secret%')"
+        for params in (
+            # evaluated by the old check's Values parser, its syntax error quoting the result
+            {"additional_table_filters": f"map('{filtered}', concat('@', {processes}))"},
+            {"additional_table_filters": f"{{'{filtered}': '{quoted} = 1'}}"},
+            {"additional_result_filter": f"{probe} = 1"},
+        ):
+            r = endpoint.ask(f"SELECT count() FROM {filtered}", READER, params=params)
+            assert secret not in r.text, f"the reader saw the admin's query: {describe(r)}"
+            running = endpoint.ask("SELECT query FROM system.processes", READER, params=params)
+            assert secret not in running.text, describe(running)
+    finally:
+        admin.join(30)
+
+
+def test_values_run_no_sql_of_the_admins_but_in_its_inserts(endpoint: Endpoint) -> None:
+    """Values data with expressions: format() refuses them for everyone; an admin's INSERT ...
+    VALUES takes them (clickhouse-java sends fromUnixTimestamp64Nano(...)), and there the
+    engine's confinement keeps host files out: the table never holds one."""
+    r = endpoint.ask("SELECT * FROM format(Values, 'x String', '(file(''/etc/hostname''))')")
+    refused(r, {344})
+    assert not _leaks(r), describe(r)
+    table = unique("values")
+    endpoint.ok(f"CREATE TABLE {table} (s String, t DateTime64(9, 'UTC')) ENGINE = Memory")
+    host = endpoint.ask(f"INSERT INTO {table} VALUES (file('/etc/hostname'), now())")
+    assert host.status_code >= 400 and "Permission denied" in host.text, describe(host)
+    endpoint.ok(
+        f"INSERT INTO {table} VALUES ('jdbc', fromUnixTimestamp64Nano(1714557600000000000))"
+    )
+    assert endpoint.ok(f"SELECT s, t FROM {table}") == "jdbc\t2024-05-01 10:00:00.000000000\n"
+    owned = {"input_format_values_interpret_expressions": "1", "workload": "'gpugap_admin'"}
+    owned["log_comment"] = "'gpugap:admin:x'"
+    for setting, value in owned.items():
+        refused(endpoint.ask(f"SELECT 1 SETTINGS {setting} = {value}"), {452})
+        refused(endpoint.ask("SELECT 1", params={setting: value.strip("'")}), {452})
+
+
+@pytest.mark.parametrize("who", WHO.values(), ids=WHO.keys())
+def test_executable_and_python_are_refused(endpoint: Endpoint, who: object) -> None:
+    for sql in (
+        "SELECT * FROM executable('x.sh', TSV, 'x String')",
+        "SELECT * FROM python(head)",
+        "SELECT * FROM Python(job)",
+    ):
+        refused(endpoint.ask(sql, who), {497})  # type: ignore[arg-type]
+
+
+def test_the_reader_sees_no_paths_or_stacks(endpoint: Endpoint) -> None:
+    """Every thread's stack (with its query id: the engine process cannot list its threads,
+    confined, and the reader's row policy shows none anyway), the server's directories."""
+    for sql in (
+        "SELECT count() FROM system.stack_trace",
+        "SELECT count() FROM system.disks",
+        "SELECT count() FROM system.user_directories",
+        "SELECT count() FROM system.server_settings WHERE name IN ('path', 'tmp_path')",
+    ):
+        r = endpoint.ask(sql, READER)
+        assert r.text == "0\n" or r.status_code >= 400, f"{sql}: {describe(r)}"
+    path = endpoint.ok("SELECT value FROM system.server_settings WHERE name = 'path'").strip()
+    assert path, "the admin sees the server's settings"
+    assert path not in endpoint.ask("SELECT * FROM system.disks", READER).text
+    refused(endpoint.ask("SELECT getServerSetting('path')", READER), {497})
+    assert endpoint.ok("SELECT getServerSetting('path') != ''", ADMIN) == "1\n"
+
+
+# --- real clients ------------------------------------------------------------------------------
+
+
+def test_grafanas_ad_hoc_filters_in_the_query_text_work(endpoint: Endpoint, filtered: str) -> None:
+    """grafana/clickhouse-datasource applies ad hoc filters by appending ``settings
+    additional_table_filters={...}`` to the query (adHocFilter.ts, apply()): refused with 452
+    before, for the reader too (whose connection takes no SETTINGS clause)."""
+    clause = "settings additional_table_filters={{'{t}' : ' {e} '}}"
+    sql = f"SELECT count() FROM {filtered} " + clause.format(t=filtered, e="n >= 7")
+    for who in (READER, ADMIN):
+        assert endpoint.ok(sql, who) == "3\n"
+    hostile = f"SELECT count() FROM {filtered} " + clause.format(
+        t=filtered, e="file(\\'/etc/passwd\\') != \\'\\'"
+    )
+    for who in (READER, ADMIN):
+        r = endpoint.ask(hostile, who)
+        refused(r, {497})
+        assert not _leaks(r)
+
+
+def test_a_client_may_ask_for_more_threads_than_the_cores(endpoint: Endpoint) -> None:
+    """clickhouse clients send max_threads=4 on machines of 2 cores, which a server takes."""
+    sid = unique("threads")
+    endpoint.ok("SET max_threads = 4", session=sid)
+    assert endpoint.ok("SELECT getSetting('max_threads')", session=sid) == "4\n"
+    assert endpoint.ok("SELECT 1", READER, params={"max_threads": "4"}) == "1\n"
+    r = endpoint.ask("SELECT 1", READER, params={"max_threads": "100000"})
+    refused(r, {452})
+    assert "max_threads" in r.text
+
+
+# --- the endpoint's log ------------------------------------------------------------------------
+
+
+def test_no_request_writes_a_line_of_its_own_into_the_log(endpoint: Endpoint) -> None:
+    """send_logs_level=trace with a comment holding a newline wrote an attacker's line at the
+    start of a line of the endpoint's log."""
+    marker = unique("FORGED")
+    forged = f"SELECT 1 /*\n{marker} ERROR gpugap: the admin password is hunter2\n*/"
+    for who in (ADMIN, READER):
+        endpoint.ask(forged, who, params={"send_logs_level": "trace"})
+        endpoint.ask(forged + " FROM nowhere", who, params={"send_logs_level": "trace"})
+        endpoint.ask("SELECT 1", who, params={"query_id": f"q\n{marker}"})
+        r = endpoint.ask("SET send_logs_level = 'trace'", who, session=unique("s"))
+        refused(r, {452, 164})
+    time.sleep(0.5)
+    lines = endpoint.log.read_text(errors="replace").splitlines()
+    assert not [line for line in lines if line.startswith(marker)], "a forged line in the log"

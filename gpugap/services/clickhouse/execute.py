@@ -19,6 +19,7 @@ from gpugap.services.clickhouse.engine import (
     Outcome,
     literal,
     too_large,
+    unliteral,
 )
 from gpugap.services.clickhouse.limits import EndpointLimits
 from groundfloor import sqllex as q
@@ -65,6 +66,7 @@ class Execution:
     ) -> None:
         self.engine, self.limits, self.call, self.guarded = engine, limits, call, guarded
         self._set_here: frozenset[str] = frozenset()  # what the endpoint set for this request
+        self._lifted: dict[str, str] = {}  # a reader's filters from its SETTINGS clause
         self._conn: Connection | None = None
         self._running: asyncio.Future[Any] | None = None
 
@@ -128,6 +130,14 @@ class Execution:
             )
         if stmt.is_set:
             return Result(Outcome(), None, await self._thread(self._set, text))
+        if call.readonly and self.guarded:
+            # (a read-only connection takes no SETTINGS clause: Grafana's ad hoc filters in
+            # one are applied to the connection instead, checked like the others)
+            unfiltered, lifted = policy.lift_filters(stmt.normalized)
+            if lifted:
+                text = unfiltered
+                self._lifted = {k: literal(unliteral(v)) if v.startswith("'") else literal(v)
+                                for k, v in lifted.items()}  # fmt: skip
         await self._thread(self._prepare)
         fmt = q.trailing_format(stmt.normalized) or call.default_format or "TabSeparated"
         sql = q.strip_trailing_semicolon(text)
@@ -171,7 +181,7 @@ class Execution:
         if self.guarded:
             off_host = policy.off_host(self.engine.table_functions)
             policy.check_filters(conn, call.filters, off_host, reader=call.readonly)
-        conn.apply(call.settings)
+        conn.apply({**call.settings, **self._lifted})
         if call.readonly:  # last: from here the engine refuses writes, DDL and setting changes
             conn.query("SET readonly = 1")
 

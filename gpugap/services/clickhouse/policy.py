@@ -62,7 +62,8 @@ _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\""
 ENDPOINT_OWNED = allowed.NEVER | {"log_comment", "workload"}
 _SETTINGS_CLAUSE = re.compile(r"\bSETTINGS\s+", re.IGNORECASE)
 _ASSIGNMENT = re.compile(
-    r"\s*(\w+)\s*=\s*(?:'[^']*'|\{[^}]*\}|\[[^\]]*\]|\([^)]*\)|[\w.+-]+)\s*(,)?"
+    r"\s*(?P<name>\w+)\s*=\s*"
+    r"(?P<value>'[^']*'|\{[^}]*\}|\[[^\]]*\]|\([^)]*\)|[\w.+-]+)\s*(?P<comma>,)?"
 )
 _FILTER_SETTING = re.compile(rf"\b({'|'.join(sorted(allowed.FILTERS))})\s*=\s*", re.IGNORECASE)
 
@@ -207,16 +208,51 @@ def filter_expressions(conn: Connection, name: str, text: str, *, literal: bool)
 def assigned_settings(normalized: str) -> set[str]:
     """The names every SETTINGS clause of a statement (its own, a subquery's, a table's or a
     view's) assigns, as the engine rendered them (``SETTINGS a = 1, b = 'x'``)."""
+    return {name for clause in _settings_clauses(normalized) for name, _, _ in clause.items}
+
+
+def lift_filters(normalized: str) -> tuple[str, dict[str, str]]:
+    """``normalized`` without the row filters its SETTINGS clauses assign, and those filters
+    (name -> the literal's text): a read-only connection may change no setting, not even in
+    a SETTINGS clause, so a reader's filters (Grafana appends its ad hoc filters to the query
+    text) are applied to the connection before it is made read-only."""
+    out, lifted, done = [], {}, 0
+    for clause in _settings_clauses(normalized):
+        kept = [
+            f"{name} = {value}" for name, value, _ in clause.items if name not in allowed.FILTERS
+        ]
+        lifted.update({n: v for n, v, _ in clause.items if n in allowed.FILTERS})
+        if len(kept) == len(clause.items):
+            continue
+        out.append(normalized[done : clause.start].rstrip())
+        if kept:
+            out.append(" SETTINGS " + ", ".join(kept))
+        done = clause.end
+    out.append(normalized[done:])
+    return "".join(out), lifted
+
+
+@dataclass(frozen=True)
+class _Clause:
+    start: int  # where SETTINGS starts
+    end: int  # after its last assignment
+    items: list[tuple[str, str, int]]  # name, value as written, where it starts
+
+
+def _settings_clauses(normalized: str) -> list[_Clause]:
     masked = sqllex.mask(normalized)  # literals blanked: their content is never a name
-    found: set[str] = set()
+    clauses = []
     for clause in _SETTINGS_CLAUSE.finditer(masked):
-        pos = clause.end()
+        pos, items, end = clause.end(), [], clause.end()
         while (m := _ASSIGNMENT.match(masked, pos)) is not None:
-            found.add(m.group(1).lower())
-            pos = m.end()
-            if m.group(2) is None:
+            value = normalized[m.start("value") : m.end("value")]
+            items.append((m.group("name").lower(), value, m.start("name")))
+            end, pos = m.end("value"), m.end()
+            if m.group("comma") is None:
                 break
-    return found
+        if items:
+            clauses.append(_Clause(clause.start(), end, items))
+    return clauses
 
 
 def _filters_in(normalized: str) -> Iterator[tuple[str, str]]:
