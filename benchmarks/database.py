@@ -33,7 +33,12 @@ def bench_database(
             url = server.url
         client = None
         try:
-            settings = ClickHouseSettings(url=url, database=database)
+            generated = server.password_file if server is not None else None
+            settings = ClickHouseSettings(
+                url=url,
+                database=database,
+                password_file=generated if generated and generated.exists() else None,
+            )
             admin = connect(settings, database=False)
             admin.command(f"DROP DATABASE IF EXISTS `{database}`")
             admin.close()

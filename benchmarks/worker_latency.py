@@ -357,7 +357,9 @@ def bench_latency(
         broker.up()
         try:
             server.start()
-            ch = ClickHouseSettings(url=server.url, database="gpugap")
+            ch = ClickHouseSettings(
+                url=server.url, database="gpugap", password_file=server.password_file
+            )
             migrate(ch)
             kafka = KafkaSettings(
                 bootstrap=broker.bootstrap, topic_prefix=f"bl{uuid.uuid4().hex[:8]}."

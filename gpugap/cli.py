@@ -289,8 +289,8 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one block per c
     serve.add_argument(
         "--insecure-no-password",
         action="store_true",
-        help="listen beyond loopback although a user has no password: anyone who reaches the "
-        "address can then read and change the warehouse",
+        help="serve a user who has no password without one (none is generated): anyone who "
+        "reaches the address can then read and change the warehouse",
     )
 
     db = sub.add_parser("db", help="the warehouse schema")

@@ -23,7 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from gpugap.demo_watch import against_truth, create_topics, worker_metrics
+from gpugap.services.clickhouse.password import password_file
+from gpugap.services.clickhouse.password import read as read_password
 from gpugap.services.kafka import free_port
 from groundfloor.settings import ClickHouseSettings, KafkaSettings, load
 from schemas.errors import ConfigError, ServiceError
@@ -58,6 +62,8 @@ class Demo:
     started: float = field(default_factory=time.monotonic)
     tty: bool = field(default_factory=sys.stdout.isatty)
     reader_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    reader_file: Path = Path()
+    admin_file: Path = Path()
     web_url: str = ""
 
     # --- set-up ----------------------------------------------------------------------------
@@ -86,8 +92,13 @@ class Demo:
             raise ConfigError(f"port {port} is already taken: choose another --clickhouse-port")
         url = f"http://127.0.0.1:{port}"
         self._say(f"starting the embedded ClickHouse endpoint on {url}")
-        cmd = [*GPUGAP, "clickhouse", "serve", "--path", str(state / "clickhouse")]
-        reader = {"GPUGAP_CLICKHOUSE_READONLY_PASSWORD": self.reader_password}  # the page's
+        data = state / "clickhouse"
+        cmd = [*GPUGAP, "clickhouse", "serve", "--path", str(data)]
+        # passwords reach the endpoint and the page as files, never in an environment: the
+        # read-only user's is the page's; the admin's the endpoint generates (password.py)
+        self.reader_file = _secret_file(state / "reader.password", self.reader_password)
+        self.admin_file = password_file(data)
+        reader = {"GPUGAP_CLICKHOUSE_READONLY_PASSWORD_FILE": str(self.reader_file)}
         self._spawn("clickhouse", [*cmd, "--port", str(port)], reader)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -124,6 +135,9 @@ class Demo:
             "GPUGAP_CLICKHOUSE_URL": url,
             "GPUGAP_CLICKHOUSE_DATABASE": ch.database,
         }
+        if not self.opts.clickhouse:  # our endpoint: its generated password, from its file
+            ch = ch.model_copy(update={"password": SecretStr(read_password(self.admin_file))})
+            env["GPUGAP_CLICKHOUSE_PASSWORD_FILE"] = str(self.admin_file)
         migrate(ch)
         self._start_web(env)
         create_topics(kafka, WORKER_GROUP)
@@ -299,14 +313,20 @@ class Demo:
 
     def _where(self, url: str, ch: ClickHouseSettings) -> None:
         q = "SELECT workload_class, round(sum(gap_gpu_h), 1) FROM v_capacity_gap GROUP BY 1"
+        secret = f"$(cat {self.admin_file})" if not self.opts.clickhouse else "PASSWORD"
+        env = (
+            f"GPUGAP_CLICKHOUSE_PASSWORD_FILE={self.admin_file} "
+            if not self.opts.clickhouse
+            else ""
+        )
         print(
             f"\nClickHouse answers at {url} (database {ch.database}, user {ch.user}"
-            f"{', no password' if ch.password is None else ''}); the views are the interface:\n"
-            f"  curl '{url}/?database={ch.database}' --data-binary '{q}'\n"
-            f'  python -c "import clickhouse_connect as c; '
-            f"print(c.get_client(host='127.0.0.1', port={url.rsplit(':', 1)[1]}, "
-            f"database='{ch.database}').query('{q}').result_rows)\"\n"
-            f'  gpugap report --clickhouse {url}    gpugap sql --clickhouse {url} "..."\n'
+            f"{f', its password in {self.admin_file}' if not self.opts.clickhouse else ''}); "
+            "the views are the interface:\n"
+            f"  curl -u \"{ch.user}:{secret}\" '{url}/?database={ch.database}' "
+            f"--data-binary '{q}'\n"
+            f"  {env}gpugap report --clickhouse {url}\n"
+            f'  {env}gpugap sql --clickhouse {url} "..."\n'
         )
         if self.web_url:
             print(f"The capacity-gap page: {self.web_url}\n", flush=True)
@@ -330,7 +350,7 @@ class Demo:
 
         port = DEFAULT_PORT if _port_free(DEFAULT_PORT) else free_port()
         if not self.opts.clickhouse:  # our endpoint: its read-only user is the page's
-            env = {**env, "GPUGAP_CLICKHOUSE_READONLY_PASSWORD": self.reader_password}
+            env = {**env, "GPUGAP_CLICKHOUSE_READONLY_PASSWORD_FILE": str(self.reader_file)}
         self._spawn("web", [*GPUGAP, "web", "--port", str(port)], env)
         url = f"http://127.0.0.1:{port}/"
         if answers(url):
@@ -370,6 +390,14 @@ def _utc(text: str) -> Any:
     from datetime import datetime
 
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _secret_file(path: Path, secret: str) -> Path:
+    """``secret`` in a new file only its owner may read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(secret + "\n")
+    return path
 
 
 def _port_free(port: int) -> bool:

@@ -6,9 +6,11 @@ be read from a file (``..._FILE``), the usual way to mount them in containers.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import (
     AliasChoices,
@@ -36,6 +38,29 @@ def read_secret(value: SecretStr | None, file: Path | None, what: str) -> Secret
         return SecretStr(file.read_text().strip())
     except OSError as exc:
         raise ConfigError(f"cannot read {what} from {file}: {exc.strerror}") from None
+
+
+def _local_password(url: str) -> SecretStr | None:
+    """The password the local default endpoint (``gpugap clickhouse serve`` with its default
+    data directory) generated, for a client of a loopback URL given no password: never sent
+    to another host."""
+    host = (urlsplit(url).hostname or "").strip("[]")
+    if host != "localhost" and not _loopback(host):
+        return None
+    services = ServicesSettings()
+    data = services.clickhouse_path or services.state_dir / "clickhouse"
+    generated = data.parent / f"{data.name}.password"
+    try:
+        return SecretStr(generated.read_text().strip()) if generated.is_file() else None
+    except OSError:
+        return None
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _check_readable(path: Path, name: str) -> None:
@@ -273,6 +298,8 @@ class ClickHouseSettings(BaseSettings):
     @model_validator(mode="after")
     def _secret_file(self) -> Self:
         pw = read_secret(self.password, self.password_file, "the ClickHouse password")
+        if pw is None and self.password_file is None:
+            pw = _local_password(self.url)
         object.__setattr__(self, "password", pw)
         ro = read_secret(
             self.readonly_password, self.readonly_password_file, "the read-only user's password"

@@ -368,7 +368,9 @@ def test_readers_see_whole_inserts_while_a_writer_inserts(
 def test_every_acknowledged_row_survives_kill_9(tmp_path: Path) -> None:
     server = EmbeddedClickHouse(tmp_path / "data", free_port())
     server.start()
-    settings = ClickHouseSettings(url=server.url, database="default")
+    settings = ClickHouseSettings(
+        url=server.url, database="default", password_file=server.password_file
+    )
     acked = 0
     try:
         c = connect(settings)

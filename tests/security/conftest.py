@@ -13,6 +13,7 @@ import http.client
 import os
 import select
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -424,7 +425,9 @@ def chunked(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 @contextmanager
-def running(root: Path, limits: Mapping[str, str] | None = None) -> Iterator[Endpoint]:
+def running(
+    root: Path, limits: Mapping[str, str] | None = None, flags: Iterable[str] = ()
+) -> Iterator[Endpoint]:
     env = minimal_env(
         {
             "GPUGAP_CLICKHOUSE_PASSWORD": ADMIN_PASSWORD,
@@ -433,7 +436,10 @@ def running(root: Path, limits: Mapping[str, str] | None = None) -> Iterator[End
             **(limits or {}),
         }
     )
-    server = EmbeddedClickHouse(root / "data", free_port(), env=env, log=root / "endpoint.log")
+    command = [sys.executable, "-m", "gpugap", "clickhouse", "serve", *flags]
+    server = EmbeddedClickHouse(
+        root / "data", free_port(), env=env, log=root / "endpoint.log", command=command
+    )
     server.env = env  # not os.environ as well (see the module's docstring)
     try:
         server.start(timeout_s=60)

@@ -203,7 +203,8 @@ def _post(ep: Endpoint, headers: dict[str, str], sql: str) -> requests.Response:
 
 @pytest.fixture
 def open_endpoint(tmp_path: Path) -> Iterator[Endpoint]:
-    """The local default: no password, on 127.0.0.1."""
+    """No password at all (--insecure-no-password), on 127.0.0.1: only the browser checks
+    stand between a web page and the warehouse."""
     with running(
         tmp_path,
         {
@@ -211,6 +212,7 @@ def open_endpoint(tmp_path: Path) -> Iterator[Endpoint]:
             "GPUGAP_CLICKHOUSE_SERVE_ALLOWED_ORIGINS": "http://grafana.example:3000",
             "GPUGAP_CLICKHOUSE_SERVE_ALLOWED_HOSTS": "warehouse.internal",
         },
+        flags=["--insecure-no-password"],
     ) as ep:
         yield ep
 

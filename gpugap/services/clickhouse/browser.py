@@ -1,7 +1,13 @@
 """Browsers are clients too, and a web page the operator opens is somebody else's: a request
 from a page of another origin (``Origin`` foreign) is refused, and so is one addressed to a
 name the endpoint does not answer to (a page that rebinds its own DNS name to 127.0.0.1 sends
-its own name as ``Host``). Real clients send no ``Origin`` and the Host they were given."""
+its own name as ``Host``). A script or image load sends no ``Origin``, but a browser says
+where it comes from in its Fetch Metadata: ``Sec-Fetch-Site`` ``cross-site`` or ``same-site``
+(a page on another port of this host is the same site, not the same origin) is refused unless
+its ``Origin`` is listed, and ``Sec-Fetch-Mode: no-cors`` (``<script src>``, ``<img src>``)
+always, but from the endpoint's own pages. Every answer carries ``X-Content-Type-Options:
+nosniff``, so a browser never runs one as a script. Real clients send no ``Origin``, no
+``Sec-Fetch-*`` and the Host they were given."""
 
 from __future__ import annotations
 
@@ -44,18 +50,30 @@ class BrowserGuard:
                 497,
                 "ACCESS_DENIED",
             )
-        origin = headers.get("Origin")
-        if origin is None:
-            return
-        origin = origin.strip().lower().rstrip("/")
-        if origin in self.origins or origin == f"http://{host_header}":
-            return
-        raise EngineError(
-            f"Not enough privileges: a request from the web page at '{origin[:100]}' (the "
-            "endpoint answers only its own pages and GPUGAP_CLICKHOUSE_SERVE_ALLOWED_ORIGINS)",
-            497,
-            "ACCESS_DENIED",
-        )
+        origin = (headers.get("Origin") or "").strip().lower().rstrip("/")
+        own = origin == f"http://{host_header}"
+        listed = origin in self.origins
+        site = headers.get("Sec-Fetch-Site", "").strip().lower()
+        if headers.get("Sec-Fetch-Mode", "").strip().lower() == "no-cors" and site not in (
+            "same-origin",
+            "none",
+        ):
+            raise _refused(
+                f"a {site or 'browser'} page's load of it as a script, image or style (no-cors)"
+            )
+        if site in ("cross-site", "same-site") and not listed:
+            raise _refused(f"a request from a {site} web page ('{origin[:100] or 'no Origin'}')")
+        if origin and not (own or listed):
+            raise _refused(f"a request from the web page at '{origin[:100]}'")
+
+
+def _refused(what: str) -> EngineError:
+    return EngineError(
+        f"Not enough privileges: {what} (the endpoint answers only its own pages and "
+        "GPUGAP_CLICKHOUSE_SERVE_ALLOWED_ORIGINS)",
+        497,
+        "ACCESS_DENIED",
+    )
 
 
 def _hostname(host_header: str) -> str:

@@ -36,6 +36,11 @@ class EmbeddedClickHouse:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def password_file(self) -> Path:
+        """Where the endpoint keeps the admin's password it generated (none configured)."""
+        return self.path.parent / f"{self.path.name}.password"
+
     def start(self, timeout_s: float = 60.0) -> None:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(

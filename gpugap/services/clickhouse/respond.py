@@ -35,6 +35,8 @@ HTTP_STATUS = {  # ClickHouse's own mapping of exception codes to HTTP statuses
     202: 503, 241: 500,
 }  # fmt: skip
 WRITE = 1 << 20  # bytes handed to the socket at a time
+# on every answer: a browser never takes one for a script or a style (browser.py)
+SAFE_HEADERS = {"X-Content-Type-Options": "nosniff"}
 
 
 class _Encoder(Protocol):
@@ -225,7 +227,7 @@ async def send(
     if shape.encoding and pieces:
         headers["Content-Encoding"] = shape.encoding
     body, plain = shape.pipeline(pieces) if pieces else (iter(()), True)
-    resp = web.StreamResponse(headers={**headers, "Content-Type": content_type})
+    resp = web.StreamResponse(headers={**headers, **SAFE_HEADERS, "Content-Type": content_type})
     if plain:
         resp.content_length = sum(len(p) for p in pieces)
     await resp.prepare(request)
@@ -251,6 +253,7 @@ def error(exc: EngineError, version: str, shape: Shape | None, ctx: Context) -> 
         if shape.encoding:
             headers["Content-Encoding"] = shape.encoding
     headers["Content-Type"] = "text/plain; charset=UTF-8"
+    headers.update(SAFE_HEADERS)
     return web.Response(
         status=exc.status or HTTP_STATUS.get(exc.code, 500), body=body, headers=headers
     )

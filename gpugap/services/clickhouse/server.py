@@ -12,16 +12,17 @@ import ipaddress
 import logging
 import re
 import signal
+import sys
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from gpugap.services.clickhouse import allowed, auth, body, native, play, policy
+from gpugap.services.clickhouse import allowed, auth, body, native, password, play, policy
 from gpugap.services.clickhouse.browser import BrowserGuard
 from gpugap.services.clickhouse.engine import Engine, EngineError, literal, unliteral
 from gpugap.services.clickhouse.execute import Call, Execution, Result
@@ -32,7 +33,14 @@ from gpugap.services.clickhouse.limits import (
     workloads,
     write_engine_config,
 )
-from gpugap.services.clickhouse.respond import Context, Shape, choose_encoding, error, send
+from gpugap.services.clickhouse.respond import (
+    SAFE_HEADERS,
+    Context,
+    Shape,
+    choose_encoding,
+    error,
+    send,
+)
 from gpugap.services.clickhouse.sessions import Session, Sessions
 from gpugap.services.clickhouse.slots import Pending, Slots
 from schemas.errors import ConfigError, ServiceError
@@ -103,10 +111,10 @@ class Endpoint:
         path = request.path.rstrip("/") or "/"
         if path in STATIC and request.method in ("GET", "HEAD"):
             text, kind = STATIC[path]
-            return web.Response(text=text, content_type=kind)
+            return web.Response(text=text, content_type=kind, headers=SAFE_HEADERS)
         # ClickHouse's root handler: a bare GET / is a health check, answered without a login
         if path == "/" and request.method in ("GET", "HEAD") and not request.query_string:
-            return web.Response(text="Ok.\n")
+            return web.Response(text="Ok.\n", headers=SAFE_HEADERS)
         params = request.query
         # the parameter wins over the header (HTTPHandler::processQuery)
         query_id = params.get("query_id") or request.headers.get("X-ClickHouse-Query-Id")
@@ -118,7 +126,7 @@ class Endpoint:
                 raise EngineError(f"There is no handle {request.path}", 36, "BAD_ARGUMENTS")
             user = self._authenticate(request)
             if request.method in ("GET", "HEAD") and not params.get("query"):
-                return web.Response(text="Ok.\n")
+                return web.Response(text="Ok.\n", headers=SAFE_HEADERS)
             shape = Shape(
                 encoding=choose_encoding(params, request.headers),
                 level=_level(params.get("http_zlib_compression_level")),
@@ -294,10 +302,38 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _with_passwords(path: Path, users: Mapping[str, User]) -> dict[str, User]:
+    """Every user with a password: one without gets the generated one (password.py)."""
+    out = dict(users)
+    for name, user in users.items():
+        if user.password:
+            continue
+        secret, made = password.ensure(path)
+        out[name] = replace(user, password=secret)
+        where = password.password_file(path)
+        if made and sys.stdout.isatty():  # once, where only the person who started it sees it
+            print(f"clickhouse endpoint: user {name}'s password is {secret}", flush=True)
+        print(
+            f"clickhouse endpoint: user {name}'s password is in {where}"
+            f"{' (generated now)' if made else ''}; clients: "
+            f"GPUGAP_CLICKHOUSE_PASSWORD_FILE={where}",
+            flush=True,
+        )
+    return out
+
+
 def check_exposure(host: str, users: Mapping[str, User], insecure: bool) -> None:
-    """A listener beyond loopback needs every user to have a password, unless told otherwise."""
+    """No user without a password but when told so (``--insecure-no-password``), and then a
+    listener beyond loopback says it loudly."""
     open_users = sorted(u.name for u in users.values() if not u.password)
-    if is_loopback(host) or not open_users:
+    if not open_users:
+        return
+    if is_loopback(host):
+        log.warning(
+            "no password for %s (--insecure-no-password): any program of this machine, and "
+            "any web page its browsers open that passes the Origin checks, is that user",
+            ", ".join(open_users),
+        )
         return
     if insecure:
         log.warning(
@@ -330,6 +366,8 @@ def serve(
     ``sql_guards=False`` turns every SQL-level check and engine grant off: only a test that
     shows the engine process's confinement holds without them passes it."""
     limits = limits or EndpointLimits()
+    if not insecure_no_password:
+        users = _with_passwords(path, users)
     check_exposure(host, users, insecure_no_password)
     from groundfloor.settings import ServicesSettings
 
