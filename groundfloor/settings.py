@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
@@ -25,7 +26,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from schemas.errors import ConfigError
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, TRANSFERS
-from schemas.types import Scheduler, WorkloadClass
+from schemas.types import CLUSTER_PATTERN, Scheduler, WorkloadClass, normal_text
 
 if TYPE_CHECKING:
     import ssl
@@ -96,10 +97,14 @@ def cluster_topic_map(mapping: dict[str, str | list[str]]) -> dict[str, tuple[st
         names = [value] if isinstance(value, str) else list(value)
         if not names:
             raise ValueError(f"{key!r}: no cluster (give one name or a list of names)")
-        for c in names:
-            if not c or len(c) > 253 or c[0].isspace() or "/" in c:
-                raise ValueError(f"{key!r}: {c!r} is not a cluster name")
-        clusters = frozenset(names)
+        normal = [normal_text(c) for c in names]
+        for given, c in zip(names, normal, strict=True):
+            if not c or len(c) > 253 or not re.fullmatch(CLUSTER_PATTERN, c):
+                raise ValueError(
+                    f"{key!r}: {given!r} is not a cluster name (letters, digits, '.', '_' and "
+                    "'-', from a letter or digit)"
+                )
+        clusters = frozenset(normal)
         if key.endswith("*"):
             pre = key[:-1]
             if "*" in pre:
@@ -125,7 +130,23 @@ def cluster_topic_map(mapping: dict[str, str | list[str]]) -> dict[str, tuple[st
             if name in out:
                 raise ValueError(f"{name!r} is mapped twice (by {origin[name]!r} and {key!r})")
             out[name], origin[name] = (schema, clusters), key
+    _no_overlap(mapping)
     return out
+
+
+def _no_overlap(mapping: dict[str, str | list[str]]) -> None:
+    """A prefix (``lab.*``) may not cover another key (``lab.gpu.*``, ``lab.gpu.gpu.samples.v1``):
+    the producers allowed the prefix's topics (a PREFIXED write ACL on ``lab.``) could write
+    the other's, and claim its cluster (deploy/kafka-acls/kafka-acls.sh refuses the same)."""
+    for key in mapping:
+        if not key.endswith("*"):
+            continue
+        for other in mapping:
+            if other != key and other.rstrip("*").startswith(key[:-1]):
+                raise ValueError(
+                    f"{key!r} covers {other!r}: the producers of {key[:-1]!r} topics could "
+                    "write those of the other and claim its cluster; rename one prefix"
+                )
 
 
 def env_config(prefix: str) -> SettingsConfigDict:

@@ -25,6 +25,7 @@ from schemas.types import (
     ActivityMetric,
     AlertKind,
     AlertState,
+    ClusterName,
     DeadLetterKind,
     DeliveryOutcome,
     EventId,
@@ -36,6 +37,7 @@ from schemas.types import (
     Name,
     NonNegFloat,
     NonNegInt,
+    PersonName,
     PodEventKind,
     PodPhase,
     Ratio,
@@ -128,7 +130,7 @@ class GpuSample(Record):
 class NodeSample(Record):
     """One node at one instant: all of its GPUs (one message per node per tick)."""
 
-    cluster: Name
+    cluster: ClusterName
     node: Name
     time: UtcTime
     source: SampleSource
@@ -190,7 +192,7 @@ class SlurmJobEvent(Record):
     kind: LifecycleKind
     time: UtcTime = Field(description="event time: start_time for start, end_time for end")
     source: EventSource
-    cluster: Name
+    cluster: ClusterName
     job_id: Name = Field(description="Slurm's job id as printed, e.g. '1234', '1234_7', '1234+1'")
     run: NonNegInt | None = Field(
         default=None,
@@ -242,7 +244,7 @@ class K8sPodEvent(Record):
     kind: PodEventKind
     time: UtcTime
     source: EventSource
-    cluster: Name
+    cluster: ClusterName
     uid: Name
     namespace: Name
     name: Name
@@ -259,8 +261,8 @@ class K8sPodEvent(Record):
     owner_kind: Text | None = None
     owner_name: Text | None = None
     workload_class: WorkloadClass | None = None
-    owner: Text | None = None
-    team: Text | None = None
+    owner: PersonName | None = None
+    team: PersonName | None = None
     gang_id: Text | None = None
     gang_size: NonNegInt | None = Field(default=None, le=MAX_GANG_SIZE)
     resource_version: Text | None = None
@@ -290,7 +292,7 @@ class AllocationEvent(Record):
     event_id: EventId
     kind: LifecycleKind
     time: UtcTime
-    cluster: Name
+    cluster: ClusterName
     node: Name
     scheduler: Scheduler
     allocation_id: EventId = Field(
@@ -305,8 +307,8 @@ class AllocationEvent(Record):
         default=None, max_length=MAX_GPUS_PER_NODE, description="when known"
     )
     workload_class: WorkloadClass
-    owner: Text | None = None
-    team: Text | None = None
+    owner: PersonName | None = None
+    team: PersonName | None = None
     gang_id: Text | None = None
     gang_size: NonNegInt | None = Field(default=None, le=MAX_GANG_SIZE)
     name: Text | None = None
@@ -329,7 +331,7 @@ class AllocationEvent(Record):
 class GpuMinute(Record):
     """One GPU, one minute (and one allocation, where the minute is split between several)."""
 
-    cluster: Name
+    cluster: ClusterName
     node: Name
     gpu_uuid: GpuUuid
     minute: UtcTime
@@ -376,8 +378,8 @@ class GpuMinute(Record):
     allocation_id: EventId | None = None
     scheduler: Scheduler | None = None
     workload_class: WorkloadClass | None = None
-    owner: Text | None = None
-    team: Text | None = None
+    owner: PersonName | None = None
+    team: PersonName | None = None
     gang_id: Text | None = None
     idle_threshold: Ratio | None = Field(
         default=None, description="the idle policy the stream judged this minute by"
@@ -413,12 +415,12 @@ class Alert(Record):
     time: UtcTime
     opened_at: UtcTime
     resolved_at: UtcTime | None = None
-    cluster: Name
+    cluster: ClusterName
     scheduler: Scheduler
     allocation_id: EventId | None = None
     gang_id: Text | None = None
-    owner: Text | None = None
-    team: Text | None = None
+    owner: PersonName | None = None
+    team: PersonName | None = None
     workload_class: WorkloadClass | None = None
     nodes: tuple[Name, ...] = Field(default=(), max_length=MAX_GANG_SIZE)
     gpus: tuple[GpuUuid, ...] = Field(default=(), max_length=MAX_GPUS_PER_JOB)
@@ -476,7 +478,7 @@ class RecommendationTarget(Record):
 
     kind: Text = Field(description="slurm_job_family | slurm_partition | k8s_workload")
     scheduler: Scheduler
-    cluster: Name
+    cluster: ClusterName
     user: Text | None = None
     account: Text | None = None
     job_name: Text | None = None
@@ -547,15 +549,15 @@ class Transfer(Record):
     event_id: EventId
     time: UtcTime = Field(description="start of the interval the bytes were moved in")
     interval_s: NonNegFloat = Field(default=0.0, le=MAX_TRANSFER_INTERVAL_S)
-    cluster: Name
+    cluster: ClusterName
     from_env: Environment = Field(description="where the bytes left: 'onprem', 'cloud'...")
     to_env: Environment
     bytes: NonNegInt = Field(le=MAX_TRANSFER_BYTES)
     source: Name = Field(description="billing_csv, node_exporter")
     node: Name | None = None
     interface: Annotated[str, Field(max_length=64)] | None = None
-    team: Text | None = None
-    owner: Text | None = None
+    team: PersonName | None = None
+    owner: PersonName | None = None
     allocation_id: EventId | None = None
     description: Text | None = Field(default=None, description="the billing line's usage type")
     billed_cost: NonNegFloat | None = Field(default=None, description="what the bill says")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
@@ -36,9 +37,56 @@ UtcTime = Annotated[
     PlainSerializer(format_utc, return_type=str, when_used="json"),
 ]
 
+# --- names: one normal form, compared and shown alike ---------------------------------------
+
+#: characters no name shows: controls, format (zero-width, bidi, word joiner), separators of
+#: lines and paragraphs, surrogates, private use
+_INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
+#: a cluster name: what a Kafka topic name may hold (deploy/kafka-acls/kafka-acls.sh), from a
+#: letter or digit
+CLUSTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+def normal_text(value: str) -> str:
+    """A name as it is compared and shown: NFKC (full-width and compatibility forms as their
+    plain letters, a no-break space as a space), invisible characters dropped, controls and
+    line breaks as spaces, runs of whitespace as one space, none at the ends."""
+    if value.isascii() and value.isprintable() and value.strip() == value and "  " not in value:
+        return value  # the common case, untouched
+    out = []
+    for ch in unicodedata.normalize("NFKC", value):
+        category = unicodedata.category(ch)
+        if category in ("Cf", "Cs", "Co"):
+            continue
+        out.append(" " if category in _INVISIBLE or ch.isspace() else ch)
+    return " ".join("".join(out).split())
+
+
+def _normal_name(value: str) -> str:
+    """A name of a thing (node, user, namespace...): its normal form, which must be one word
+    of visible characters."""
+    normal = normal_text(value)
+    if any(ch.isspace() for ch in normal):
+        raise ValueError(f"a name holds no whitespace or control characters: {value!r}")
+    return normal
+
+
 GpuUuid = Annotated[str, StringConstraints(pattern=GPU_UUID_PATTERN)]
-#: Cluster, node, user... names: non-empty, no surrounding whitespace, no '/' (used in keys).
-Name = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[^/\s][^/]*$")]
+#: Node, user, namespace... names: in normal form (normal_text), one word, non-empty, no '/'
+#: (used in keys).
+Name = Annotated[
+    str,
+    AfterValidator(_normal_name),
+    StringConstraints(min_length=1, max_length=253, pattern=r"^[^/\s][^/]*$"),
+]
+#: A cluster's name: a Name that is also a topic name's part (CLUSTER_PATTERN).
+ClusterName = Annotated[
+    str,
+    AfterValidator(_normal_name),
+    StringConstraints(min_length=1, max_length=253, pattern=CLUSTER_PATTERN),
+]
+#: Who and which team (from labels, annotations, Slurm): free text in normal form.
+PersonName = Annotated[str, AfterValidator(normal_text), StringConstraints(max_length=4096)]
 Text = Annotated[str, StringConstraints(max_length=4096)]
 # Numbers are strict: a string where a number belongs is a producer bug, not data to coerce.
 Ratio = Annotated[float, Strict(), Field(ge=0.0, le=1.0)]

@@ -21,11 +21,13 @@ from typing import Any
 
 from gpugap.web.queries import Query
 from schemas.errors import GpugapError
+from schemas.types import normal_text
 
 log = logging.getLogger("gpugap.web")
 
 CACHE_S = 15.0
-MAX_SERIES = 5000
+MAX_SERIES = 5000  # per query; ties broken by every label, so the same series every scrape
+LABEL_MAX = 128  # characters of a label value (a 4 kB name made an 80 MB page)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATEST = (
@@ -39,8 +41,8 @@ _NOW = (
     "sum(g.consumed_ms) / 60000 AS consumed FROM gpu_minutes AS g FINAL "
     f"WHERE g.minute >= (SELECT latest_minute FROM v_data_extent) - INTERVAL 1 HOUR "
     f"AND (g.cluster, g.minute) IN {_LATEST} AND g.allocation_id != '' "
-    f"GROUP BY cluster, scheduler, workload_class, team ORDER BY allocated DESC "
-    f"LIMIT {MAX_SERIES}"
+    "GROUP BY cluster, scheduler, workload_class, team ORDER BY allocated DESC, cluster, "
+    f"scheduler, workload_class, team LIMIT {MAX_SERIES}"
 )
 _UNALLOCATED = (
     "SELECT g.cluster AS cluster, sum(g.unallocated_ms) / 60000 AS unallocated "
@@ -52,11 +54,12 @@ _UNALLOCATED = (
 _IDLE = (
     "SELECT cluster, scheduler, workload_class, team, sum(gpus) AS gpus, count() AS n "
     "FROM v_idle_now GROUP BY cluster, scheduler, workload_class, team "
-    f"ORDER BY gpus DESC LIMIT {MAX_SERIES}"
+    f"ORDER BY gpus DESC, cluster, scheduler, workload_class, team LIMIT {MAX_SERIES}"
 )
 _ALERTS = (
     "SELECT cluster, kind, workload_class, team, count() AS n FROM v_alerts_open "
-    f"GROUP BY cluster, kind, workload_class, team ORDER BY n DESC LIMIT {MAX_SERIES}"
+    "GROUP BY cluster, kind, workload_class, team ORDER BY n DESC, cluster, kind, "
+    f"workload_class, team LIMIT {MAX_SERIES}"
 )
 _FRESH = f"SELECT cluster, toUnixTimestamp(m) + 60 AS t FROM {_LATEST} ORDER BY cluster"
 
@@ -92,8 +95,13 @@ Run = Callable[[Query], Awaitable[tuple[list[str], list[Any]]]]
 
 
 def _label(v: Any) -> str:
-    """A label value as the text format escapes it: backslash, quote and newline."""
-    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A label value in its normal form (no control characters: a carriage return broke the
+    page for Prometheus's own parser), at most LABEL_MAX characters, as the text format
+    escapes it (backslash and quote; no newline is left)."""
+    text = normal_text(str(v))
+    if len(text) > LABEL_MAX:
+        text = text[: LABEL_MAX - 1] + "…"
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _number(v: Any) -> str:

@@ -81,6 +81,16 @@ def message_id(alert_id: str, state: AlertState, domain: str, minutes: int = 0) 
     return f"<gpugap.{part}.{digest}@{domain}>"
 
 
+def header_text(value: str) -> str:
+    """Text from records as a header's value that no Python this project supports turns into
+    another header: the email package decodes RFC 2047 encoded words (``=?utf-8?q?...?=``) in
+    a value and, before 3.11.10/3.12.5 (CVE-2024-6923), wrote a CR LF one decoded to as is,
+    starting a header of the sender's choosing (``Reply-To:``). So no value holds ``=?``: a
+    space goes between (what it says stays readable), and no control character at all."""
+    one_line = " ".join(value.split())
+    return one_line.replace("=?", "= ?")
+
+
 def _reply(code: int, text: bytes | str) -> str:
     said = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
     return f"{code} {clean(said, REPLY_MAX)}"
@@ -147,7 +157,7 @@ class EmailTarget(AlertTarget):
     def compose(self, alert: Alert, to: list[tuple[str, str]]) -> EmailMessage:
         m = describe(alert, self.settings.evidence_url)
         msg = EmailMessage()
-        msg["Subject"] = m.title
+        msg["Subject"] = header_text(m.title)
         msg["From"] = self.sender
         msg["To"] = ", ".join(header for header, _ in to)
         msg["Date"] = formatdate(usegmt=True)

@@ -151,9 +151,7 @@ def test_clickhouse_down_for_30s_loses_and_doubles_nothing(
 ) -> None:
     server = EmbeddedClickHouse(tmp_path / "ch", free_port())
     server.start()
-    ch = ClickHouseSettings(
-        url=server.url, database="gpugap", password_file=server.password_file
-    )
+    ch = ClickHouseSettings(url=server.url, database="gpugap", password_file=server.password_file)
     migrate(ch)
     n = 150_000
 

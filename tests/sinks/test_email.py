@@ -102,11 +102,16 @@ def test_recipients_only_plain_owner_names() -> None:
         "a..b",
         "x" * 65,
         "eve\r\nBcc: victim@example.com",
-        "alice\n",
         "ålice",
         None,
     ):
         assert [s for _, s in t.recipients(idle_alert(A, owner=owner))] == [ONCALL], owner
+    # names are compared in their normal form: a newline or a no-break space at the end is
+    # not part of the name (schemas.types.normal_text), and the owner shown is the one mailed
+    for owner in ("alice\n", "alice\u00a0", "\u200balice"):
+        alert = idle_alert(A, owner=owner)
+        assert alert.owner == "alice"
+        assert [s for _, s in t.recipients(alert)] == [ONCALL, "alice@example.org"], owner
     # the owner on the list already is mailed once
     t = target(settings(to=["Alice <ALICE@example.org>"]))
     assert [s for _, s in t.recipients(idle_alert(A, owner="alice"))] == ["ALICE@example.org"]
@@ -172,6 +177,28 @@ def test_implicit_tls_and_a_hostile_owner(pki: Pki) -> None:
     body = mail.message.get_content()
     assert "://evil" not in body and "http[:]//evil.example" in body
     assert "https://g.example/a/idle_gpu%2Fslurm%2Fprod%2F4242%2Fnode001%2Fa" in body
+
+
+def test_an_owner_of_encoded_words_adds_no_header(pki: Pki) -> None:
+    """An owner (a pod annotation is free text) written as an RFC 2047 encoded word holding
+    CR LF became a Reply-To header on Python < 3.11.10 / 3.12.5 (CVE-2024-6923)."""
+    hostile = "=?utf-8?q?x=0D=0AReply-To:_a@evil.example?="
+    mail_bytes = target(settings()).compose(idle_alert(A, owner=hostile), [(ONCALL, ONCALL)])
+    head = mail_bytes.as_bytes().split(b"\n\n", 1)[0]
+    starts = [line.split(b":", 1)[0].lower() for line in head.splitlines()]
+    assert b"reply-to" not in starts, head
+
+    async def scenario() -> SmtpServer:
+        async with SmtpServer(pki) as s:
+            assert await target(settings(s)).send(idle_alert(A, owner=hostile)) == 250
+            return s
+
+    (mail,) = asyncio.run(scenario()).mails
+    assert mail.message["Reply-To"] is None
+    assert sorted(mail.message.keys()) == sorted(
+        ["Subject", "From", "To", "Date", "Message-ID", "Auto-Submitted", "Content-Type",
+         "Content-Transfer-Encoding", "MIME-Version"]
+    )  # fmt: skip
 
 
 def test_login_refused_certificate_unverified_and_server_down(pki: Pki) -> None:

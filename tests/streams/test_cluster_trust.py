@@ -11,6 +11,7 @@ worker logged in as its own principal with only those rights.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 import uuid
@@ -115,6 +116,11 @@ def test_the_setting_comes_from_the_environment_and_a_bad_one_names_the_variable
         ('{"cluster-*.gpu.samples.v1": "a"}', "'*' only at the end"),
         ('{"a.gpu.samples.v1": "a/b"}', "not a cluster name"),
         ('{"a.*": "a", "a.gpu.samples.v1": "b"}', "mapped twice"),
+        # a PREFIXED ACL on "lab." covers "lab.gpu.*" (kafka-acls.sh refuses it too)
+        ('{"lab.*": "lab", "lab.gpu.*": "lab-gpu"}', "covers"),
+        ('{"lab.*": "lab", "lab.gpu.gpu.samples.v1": "x"}', "covers"),
+        ('{"a.*": "cluster a"}', "not a cluster name"),
+        ('{"a.*": "-a"}', "not a cluster name"),
     ]:
         monkeypatch.setenv("GPUGAP_KAFKA_CLUSTER_TOPICS", bad)
         with pytest.raises(ConfigError, match="GPUGAP_KAFKA_CLUSTER_TOPICS") as exc:
@@ -281,6 +287,46 @@ def test_the_sink_decodes_the_clusters_topics_and_refuses_claims_the_same_way() 
         ("ns.transfers.v1", "untrusted"),
         ("ns.gpu.minutes.v1", "schema"),
     ]
+
+
+LOOK_ALIKES = {
+    "a trailing space": "cluster-a ",
+    "a tab": "cluster-a\t",
+    "a newline": "cluster-a\n",
+    "a no-break space": "cluster-a\u00a0",
+    "a zero-width space": "cluster-a\u200b",
+    "a word joiner": "cluster-a\u2060",
+    "one inside": "cluster\u200b-a",
+    "full-width letters": "\uff43luster-a",
+}
+
+
+@pytest.mark.parametrize("claim", LOOK_ALIKES.values(), ids=LOOK_ALIKES.keys())
+def test_a_look_alike_of_a_mapped_cluster_is_that_cluster(claim: str) -> None:
+    """A record claiming ``cluster-a`` plus an invisible or look-alike character passed the
+    trust check (a cluster nobody mapped) and was shown as cluster-a: names are compared in
+    the one form they are shown in, so it is cluster-a, and refused on the shared topic."""
+    pub = Recording()
+    dl = DeadLetters(pub, "sink-test", "ns.", trust("ns."))
+    honest = Transfer.model_validate(
+        {
+            "event_id": "t1", "time": T0, "cluster": "cluster-a", "from_env": "onprem",
+            "to_env": "cloud", "bytes": 10, "source": "billing_csv",
+        }
+    )  # fmt: skip
+    forged = encode(honest).replace(b'"cluster-a"', json.dumps(claim).encode())
+    assert forged != encode(honest)
+
+    async def go() -> list[Record | None]:
+        return [
+            await dl.decode(RawMessage("ns.transfers.v1", 0, 0, None, forged)),
+            await dl.decode(RawMessage("ns.cluster-a.transfers.v1", 0, 0, None, forged)),
+        ]
+
+    shared, own = asyncio.run(go())
+    assert shared is None, f"{claim!r} passed on the shared topic as {shared}"
+    assert isinstance(own, Transfer) and own.cluster == "cluster-a"
+    assert [d.kind.value for d in pub.of(DeadLetter)] == ["untrusted"]
 
 
 def test_the_sink_subscribes_to_the_clusters_topics_of_its_kinds(
