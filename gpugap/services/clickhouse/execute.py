@@ -62,9 +62,17 @@ class Execution:
     confinement holds without them); nothing but a test passes it."""
 
     def __init__(
-        self, engine: Engine, limits: EndpointLimits, call: Call, *, guarded: bool = True
+        self,
+        engine: Engine,
+        limits: EndpointLimits,
+        call: Call,
+        *,
+        guarded: bool = True,
+        readings: policy.Readings | None = None,
     ) -> None:
         self.engine, self.limits, self.call, self.guarded = engine, limits, call, guarded
+        self.readings = readings
+        self._marked = False  # the caller's role and workload are set on the connection
         self._set_here: frozenset[str] = frozenset()  # what the endpoint set for this request
         self._lifted: dict[str, str] = {}  # a reader's filters from its SETTINGS clause
         self._conn: Connection | None = None
@@ -102,10 +110,6 @@ class Execution:
     async def _route(self) -> Result:
         call, conn = self.call, self._conn
         assert conn is not None
-        # first: what runs on this connection from here on is the caller's (the engine's row
-        # policies read the role from it; limits.ROW_POLICIES)
-        mark = {"log_comment": literal(call.marker), "workload": literal(call.workload)}
-        await self._thread(conn.apply, mark)
         split = q.insert_statement(call.url_query) if call.url_query else None
         if split is not None:  # statement in the URL, data in the body
             return await self._insert(split[0], split[1], b"", call.stream)
@@ -165,25 +169,49 @@ class Execution:
         return out
 
     def _inspect(self, text: str, params: Mapping[str, str] | None = None) -> policy.Statement:
-        """The engine's reading of ``text``, checked (unless the guards are off)."""
-        assert self._conn is not None
-        stmt = policy.read(self._conn, text, params)
+        """The engine's reading of ``text`` (its syntax only: nothing of it runs), checked
+        (unless the guards are off)."""
+        conn = self._conn
+        assert conn is not None
+        if self.readings is not None:
+            stmt = self.readings.read(conn, text, params)
+        else:
+            stmt = policy.read(conn, text, params)
         if self.guarded:
+            if policy.has_filters(stmt):
+                self._mark()  # the filters are read by the engine: as the caller
             off_host = policy.off_host(self.engine.table_functions)
-            policy.check(self._conn, stmt, off_host, reader=self.call.readonly)
+            policy.check(conn, stmt, off_host, reader=self.call.readonly)
         return stmt
 
+    def _mark(self) -> None:
+        """From here on what runs on this connection is the caller's: the engine's row
+        policies read the role from log_comment (limits.ROW_POLICIES), its workload holds the
+        role's share of memory."""
+        if not self._marked:
+            assert self._conn is not None
+            self._conn.apply(self._marks())
+            self._marked = True
+
+    def _marks(self) -> dict[str, str]:
+        return {"log_comment": literal(self.call.marker), "workload": literal(self.call.workload)}
+
     def _prepare(self) -> None:
+        """The request's database and settings, then (a reader) readonly: in one SET where
+        no filter is to be checked first."""
         conn, call = self._conn, self.call
         assert conn is not None
         if call.database:
             conn.use(call.database)
-        if self.guarded:
+        if self.guarded and call.filters:
+            self._mark()
             off_host = policy.off_host(self.engine.table_functions)
             policy.check_filters(conn, call.filters, off_host, reader=call.readonly)
-        conn.apply({**call.settings, **self._lifted})
+        settings = {**({} if self._marked else self._marks()), **call.settings, **self._lifted}
         if call.readonly:  # last: from here the engine refuses writes, DDL and setting changes
-            conn.query("SET readonly = 1")
+            settings["readonly"] = "1"
+        conn.apply(settings)
+        self._marked = True
 
     def _set(self, text: str) -> dict[str, str]:
         """Run the SET on a scratch connection and keep what it changed (checked): like

@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -112,6 +114,45 @@ def read(conn: Connection, text: str, params: Mapping[str, str] | None = None) -
     normalized = conn.normalize(text)
     ast = conn.explain(normalized, params)
     return Statement(normalized, ast.split("\n", 1)[0].strip(), ast)
+
+
+class Readings:
+    """The engine's readings of query texts seen lately (two engine queries each): clients
+    send the same texts again and again (the sink's INSERTs, a dashboard's panels), and a
+    text's reading is the same every time. Only texts up to ``max_text`` characters, at most
+    ``max_bytes`` in all; thread-safe."""
+
+    def __init__(self, max_text: int = 16 << 10, max_bytes: int = 8 << 20) -> None:
+        self.max_text, self.max_bytes = max_text, max_bytes
+        self._kept: OrderedDict[str, Statement] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def read(self, conn: Connection, text: str, params: Mapping[str, str] | None) -> Statement:
+        with self._lock:
+            found = self._kept.get(text)
+            if found is not None:
+                self._kept.move_to_end(text)
+                return found
+        stmt = read(conn, text, params)
+        if len(text) <= self.max_text:
+            with self._lock:
+                if text not in self._kept:
+                    self._kept[text] = stmt
+                    self._size += _weight(text, stmt)
+                while self._size > self.max_bytes and self._kept:
+                    old, dropped = self._kept.popitem(last=False)
+                    self._size -= _weight(old, dropped)
+        return stmt
+
+
+def _weight(text: str, stmt: Statement) -> int:
+    return len(text) + len(stmt.normalized) + len(stmt.ast)
+
+
+def has_filters(stmt: Statement) -> bool:
+    """Whether the statement's SETTINGS clauses hold a row filter (checked on the engine)."""
+    return bool(_FILTER_SETTING.search(sqllex.mask(stmt.normalized)))
 
 
 def check(

@@ -93,6 +93,7 @@ class Endpoint:
         self.sessions = Sessions(engine, limits.max_sessions, limits.session_timeout_s)
         self.slots = Slots(limits, users)
         self.pending = Pending(limits.max_pending_bytes_for_user, limits.queue_wait_s)
+        self.readings = policy.Readings()
         self.browser = BrowserGuard(
             listen, limits.names("allowed_hosts"), limits.names("allowed_origins")
         )
@@ -245,7 +246,10 @@ class Endpoint:
             conn=await self.sessions.connection(session) if session and not readonly else None,
             transient=frozenset(settings) - frozenset(session.settings if session else ()),
         )
-        result = await Execution(self.engine, self.limits, call, guarded=self.guarded).run()
+        execution = Execution(
+            self.engine, self.limits, call, guarded=self.guarded, readings=self.readings
+        )
+        result = await execution.run()
         result.settings = {**merged, **(result.set_settings or {})}
         if result.set_settings and session is not None:
             session.keep(result.set_settings)
