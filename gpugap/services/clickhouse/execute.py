@@ -201,7 +201,8 @@ class Execution:
         no filter is to be checked first."""
         conn, call = self._conn, self.call
         assert conn is not None
-        if call.database:
+        # (a fresh connection is in ``default`` already: clients send database=default often)
+        if call.database and (call.conn is not None or call.database != "default"):
             conn.use(call.database)
         if self.guarded and call.filters:
             self._mark()

@@ -13,6 +13,7 @@ each connection's role.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -172,9 +173,9 @@ class Catalog:
 def catalog(directory: Path) -> Catalog:
     """Read once per chDB version (in a child process: one engine per process, and this one
     must open the data directory with the configuration built from it), then cached."""
-    import chdb
-
-    cache = directory / f"settings-{chdb.__version__}.txt"
+    # (the version from the package's metadata: importing chDB would load the engine, half a
+    # gigabyte and a dozen threads, into the endpoint's own process)
+    cache = directory / f"settings-{importlib.metadata.version('chdb')}.txt"
     if not cache.exists():
         directory.mkdir(parents=True, exist_ok=True)
         try:
