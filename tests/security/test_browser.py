@@ -7,8 +7,6 @@ the endpoint's log shows the browser's requests were made, and refused."""
 from __future__ import annotations
 
 import http.server
-import os
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -18,18 +16,9 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.chromium import CHROMIUM_ARGS, chromium_path
 from tests.conftest import unavailable
 from tests.security.conftest import Endpoint, describe, poll, running, unique
-
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 PAGE = """<!doctype html><html><body><div id="out">nothing read</div>
 <script>
@@ -45,14 +34,11 @@ fetch("{endpoint}/?query={script}").then(r => r.text()).then(leak).catch(() => {
 
 
 def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    if os.path.exists("/usr/bin/chromium"):
-        return "/usr/bin/chromium"
-    unavailable("Chromium is not installed (apt-get install chromium)")
-    raise AssertionError  # (unavailable fails or skips)
+    found = chromium_path()
+    if found is None:
+        unavailable("Chromium is not installed (apt-get install chromium)")
+        raise AssertionError  # (unavailable fails or skips)
+    return found
 
 
 @pytest.fixture
@@ -99,7 +85,7 @@ def test_a_web_page_on_this_host_cannot_read_or_change_the_warehouse(
     try:
         with tempfile.TemporaryDirectory(prefix="gpugap-chromium-") as profile:
             dom = subprocess.run(
-                [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                [_chromium(), *CHROMIUM_ARGS, f"--user-data-dir={profile}",
                  "--virtual-time-budget=10000", "--dump-dom", url],
                 capture_output=True, text=True, timeout=120, check=False,
             ).stdout  # fmt: skip

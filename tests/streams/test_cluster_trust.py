@@ -256,15 +256,19 @@ def test_without_the_setting_nothing_changes() -> None:
     assert figures(pub.of(GpuMinute)) == alone(samples("cluster-b", "b1", T0, 1.0))
 
 
-def test_the_sink_decodes_the_clusters_topics_and_refuses_claims_the_same_way() -> None:
-    pub = Recording()
-    dl = DeadLetters(pub, "sink-test", "ns.", trust("ns."))
-    transfer = Transfer.model_validate(
+def a_transfer(cluster: str) -> Transfer:
+    return Transfer.model_validate(
         {
-            "event_id": "t1", "time": T0, "cluster": "cluster-b", "from_env": "onprem",
+            "event_id": "t1", "time": T0, "cluster": cluster, "from_env": "onprem",
             "to_env": "cloud", "bytes": 10, "source": "billing_csv",
         }
     )  # fmt: skip
+
+
+def test_the_sink_decodes_the_clusters_topics_and_refuses_claims_the_same_way() -> None:
+    pub = Recording()
+    dl = DeadLetters(pub, "sink-test", "ns.", trust("ns."))
+    transfer = a_transfer("cluster-b")
     honest = transfer.model_copy(update={"cluster": "cluster-a"})
     unmapped = transfer.model_copy(update={"cluster": "x"})
 
@@ -308,12 +312,7 @@ def test_a_look_alike_of_a_mapped_cluster_is_that_cluster(claim: str) -> None:
     the one form they are shown in, so it is cluster-a, and refused on the shared topic."""
     pub = Recording()
     dl = DeadLetters(pub, "sink-test", "ns.", trust("ns."))
-    honest = Transfer.model_validate(
-        {
-            "event_id": "t1", "time": T0, "cluster": "cluster-a", "from_env": "onprem",
-            "to_env": "cloud", "bytes": 10, "source": "billing_csv",
-        }
-    )  # fmt: skip
+    honest = a_transfer("cluster-a")
     forged = encode(honest).replace(b'"cluster-a"', json.dumps(claim).encode())
     assert forged != encode(honest)
 

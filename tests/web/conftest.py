@@ -15,25 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.chromium import CHROMIUM_ARGS, chromium_path
 from tests.conftest import DemoWarehouse, unavailable
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-def chromium_path() -> str | None:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None
 
 
 @pytest.fixture(scope="session")

@@ -152,7 +152,7 @@ class Execution:
         out = await self._thread(conn.query, sql, fmt, call.params, limit, call.admit)
         if fmt == "Native" and stmt.returns_rows and not out.data:
             columns = await self._thread(_columns, conn, sql, call.params)
-            out.data = _header_block(columns)
+            out.data = native.header_block(columns)
         return Result(out, fmt if stmt.returns_rows else None)
 
     def _native_framed(self, sql: str) -> Outcome:
@@ -311,16 +311,6 @@ def _columns(conn: Connection, sql: str, params: Mapping[str, str]) -> list[tupl
         return _header_pairs(head)
 
 
-def _header_block(columns: list[tuple[str, str]]) -> bytes:
-    """The header block ClickHouse writes for a Native result with no rows (its columns'
-    names and types: clickhouse-go reads the columns from it), which chDB leaves out."""
-    out = bytearray(_varint(len(columns)) + b"\x00")
-    for name, type_name in columns:
-        for text in (name.encode(), type_name.encode()):
-            out += _varint(len(text)) + text
-    return bytes(out)
-
-
 def _header_pairs(head: bytes | bytearray) -> list[tuple[str, str]]:
     """(name, type) of each column from a RowBinaryWithNamesAndTypes header."""
     columns, pos = native.read_varint(head, 0)
@@ -330,14 +320,6 @@ def _header_pairs(head: bytes | bytearray) -> list[tuple[str, str]]:
         fields.append(head[start : start + length].decode())
         pos = start + length
     return list(zip(fields[:columns], fields[columns:], strict=True))
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    return bytes([*out, n])
 
 
 async def _lines_bounded(

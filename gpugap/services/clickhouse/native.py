@@ -103,7 +103,7 @@ def frame(buffers: bytes | bytearray, columns: Sequence[tuple[str, str]], revisi
             pos += _TWO_U64.size
             if count != len(columns):
                 raise Truncated()
-            pieces.append(BLOCK_INFO + _varint(count) + _varint(n))
+            pieces.append(BLOCK_INFO + varint(count) + varint(n))
             rows += n
             for head in heads:
                 (size,) = _U64.unpack_from(buffers, pos)
@@ -117,7 +117,7 @@ def frame(buffers: bytes | bytearray, columns: Sequence[tuple[str, str]], revisi
     except struct.error:
         raise Truncated() from None
     if not pieces:  # no rows: still one block, with the columns (clients read them from it)
-        pieces = [BLOCK_INFO + _varint(len(columns)) + _varint(0), *heads]
+        pieces = [BLOCK_INFO + varint(len(columns)) + varint(0), *heads]
     return Framed(pieces, rows, sum(len(p) for p in pieces))
 
 
@@ -148,12 +148,21 @@ def check_type(type_name: str, revision: int) -> None:
     raise Unsupported(type_name, revision)
 
 
+def header_block(columns: Sequence[tuple[str, str]]) -> bytes:
+    """The block ClickHouse writes at revision 0 for a Native result with no rows (its
+    columns' names and types: clickhouse-go reads the columns from it), which chDB leaves
+    out."""
+    return varint(len(columns)) + varint(0) + b"".join(
+        _string(name) + _string(type_name) for name, type_name in columns
+    )
+
+
 def _string(text: str) -> bytes:
     data = text.encode()
-    return _varint(len(data)) + data
+    return varint(len(data)) + data
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:
         out.append(n & 0x7F | 0x80)
