@@ -9,6 +9,8 @@ import asyncio
 import base64
 import gzip
 import json
+import os
+import signal
 import threading
 import time
 import zlib
@@ -363,6 +365,25 @@ def test_readers_see_whole_inserts_while_a_writer_inserts(
         "a partial insert was visible"
     )
     assert client.query("SELECT count() FROM rw").result_rows == [(batches * per,)]
+
+
+def test_an_engine_process_that_dies_stops_the_endpoint_and_says_so(tmp_path: Path) -> None:
+    """The engine runs in a process of its own: if it dies (a crash on some query), the
+    endpoint does not go on answering /ping with nothing behind it. It exits non-zero and its
+    log says what happened, for a supervisor to restart it."""
+    server = EmbeddedClickHouse(tmp_path / "data", free_port())
+    server.start()
+    assert server.proc is not None
+    pid = server.proc.pid
+    (engine,) = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    os.kill(int(engine), signal.SIGKILL)
+    try:
+        code = server.proc.wait(30)
+    finally:
+        server.stop()
+    assert code not in (0, None)
+    log = server.log.read_text(errors="replace")
+    assert "the ClickHouse engine process ended" in log, log[-1000:]
 
 
 def test_every_acknowledged_row_survives_kill_9(tmp_path: Path) -> None:
