@@ -92,7 +92,7 @@ def _services(args: argparse.Namespace) -> int:
 def _clickhouse_serve(args: argparse.Namespace) -> int:
     require("gpugap clickhouse serve", "local", LOCAL_MODULES)
     from gpugap.services.clickhouse import users_from
-    from gpugap.services.clickhouse.server import serve
+    from gpugap.services.clickhouse.serve import serve
 
     settings = _settings()
     svc = settings.services

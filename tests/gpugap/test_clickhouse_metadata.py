@@ -609,7 +609,7 @@ def test_reader_cannot_kill_queries(clickhouse: ClickHouseSettings) -> None:
 
 def test_check_reader_refuses_kill_only() -> None:
     from gpugap.services.clickhouse import policy
-    from gpugap.services.clickhouse.engine import EngineError
+    from gpugap.services.clickhouse.errors import EngineError
 
     kill = policy.Statement("KILL QUERY WHERE 0", "KillQueryQuery Literal_UInt64_0 ASYNC", "")
     with pytest.raises(EngineError) as err:
@@ -621,7 +621,7 @@ def test_check_reader_refuses_kill_only() -> None:
 
 
 def test_engine_messages_read_as_a_servers() -> None:
-    from gpugap.services.clickhouse.engine import EngineError
+    from gpugap.services.clickhouse.errors import EngineError
 
     nested = EngineError(
         "Code: 164. DB::Exception: Code: 164. DB::Exception: Cannot modify 'max_threads' "

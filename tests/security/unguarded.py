@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from gpugap.services.clickhouse import users_from
-from gpugap.services.clickhouse.server import serve
+from gpugap.services.clickhouse.serve import serve
 from groundfloor.settings import ClickHouseSettings
 
 

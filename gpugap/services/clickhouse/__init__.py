@@ -1,19 +1,9 @@
-"""The embedded warehouse: ClickHouse's engine in-process (chDB) behind its HTTP interface."""
+"""The embedded warehouse: ClickHouse's engine (chDB) in a confined process of its own, behind
+its HTTP interface. Importing the package loads neither: ``server`` and ``serve`` need the
+``local`` extra, ``users`` and ``password`` nothing but the core."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from gpugap.services.clickhouse.users import User, users_from
 
-from gpugap.services.clickhouse.server import User
-from groundfloor.settings import ClickHouseSettings
-
-
-def users_from(settings: ClickHouseSettings) -> Mapping[str, User]:
-    """The endpoint's users: the configured one (anonymous only while it has no password) and,
-    when its password is set, a read-only user for BI tools."""
-    pw = settings.password.get_secret_value() if settings.password else ""
-    users = {settings.user: User(settings.user, pw)}
-    if settings.readonly_password is not None:
-        name = settings.readonly_user
-        users[name] = User(name, settings.readonly_password.get_secret_value(), readonly=True)
-    return users
+__all__ = ["User", "users_from"]

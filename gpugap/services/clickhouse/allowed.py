@@ -5,7 +5,7 @@ derived from the engine's own ``system.settings`` by ``derive()``: the families 
 setting whose name or description speaks of a path, a file, a URL or a schema (those read or
 write the host, or reach the network, whoever sets them), less the names that would lift a
 bound shared with other users. The result is reviewed and committed; the engine's profile makes
-every other setting constant (limits.py). After a chDB upgrade, regenerate it and review the
+every other setting constant (engine_config.py). After a chDB upgrade, regenerate it and review the
 difference: ``python -m gpugap.services.clickhouse.allowed --write``
 (``tests/security/test_settings_list.py`` fails until the committed list is the derived one).
 """
@@ -84,7 +84,8 @@ CLIENT = frozenset(
 )  # fmt: skip
 # SQL expressions in a setting: each read by the engine and checked (policy.check_filters)
 FILTERS = frozenset({"additional_table_filters", "additional_result_filter"})
-# never a client's, whatever their family: the endpoint sets them for everyone (limits.FORCED).
+# never a client's, whatever their family: the endpoint sets them for everyone
+# (engine_config.FORCED).
 # Values data with expression interpretation runs SQL found in INSERT data and in format(),
 # and the engine's log would carry what a query wrote in it
 NEVER = frozenset(

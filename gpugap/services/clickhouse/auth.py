@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 
-from gpugap.services.clickhouse.engine import EngineError
+from gpugap.services.clickhouse.errors import EngineError
 
 
 def failed(message: str) -> EngineError:

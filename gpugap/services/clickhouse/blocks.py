@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 import lz4.block
 from clickhouse_cityhash.cityhash import CityHash128
 
-from gpugap.services.clickhouse.engine import EngineError
+from gpugap.services.clickhouse.errors import EngineError
 
 
 class TooLarge(EngineError):

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from gpugap.services.clickhouse import blocks
-from gpugap.services.clickhouse.engine import EngineError
+from gpugap.services.clickhouse.errors import EngineError
 
 CHUNK = 1 << 20  # raw bytes per read, and decompressed bytes per step
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
-from gpugap.services.clickhouse.engine import EngineError
+from gpugap.services.clickhouse.errors import EngineError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 

@@ -81,7 +81,7 @@ def main() -> int:
 
         dsn = f"file:{path}" + (f"?config-file={job['config']}" if job["config"] else "")
         keeper = chdb.connect(dsn)  # the engine lives while one connection is open
-        for statement in job.get("startup") or ():  # the workloads (limits.workloads)
+        for statement in job.get("startup") or ():  # the workloads (engine_config.workloads)
             keeper._conn.query(statement, "TabSeparated")
     except confine.ConfinementError as exc:  # the endpoint reports it and stops
         wire.send(control, {"error": str(exc), "confinement": True})

@@ -11,16 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpugap.services.clickhouse import allowed, body, native, policy
-from gpugap.services.clickhouse.engine import (
-    Connection,
-    Engine,
-    EngineError,
-    Insert,
-    Outcome,
-    literal,
-    too_large,
-    unliteral,
-)
+from gpugap.services.clickhouse.connection import Connection, Insert, Outcome, literal, unliteral
+from gpugap.services.clickhouse.engine import Engine
+from gpugap.services.clickhouse.errors import EngineError, too_large
 from gpugap.services.clickhouse.limits import EndpointLimits
 from groundfloor import sqllex as q
 
@@ -186,7 +179,7 @@ class Execution:
 
     def _mark(self) -> None:
         """From here on what runs on this connection is the caller's: the engine's row
-        policies read the role from log_comment (limits.ROW_POLICIES), its workload holds the
+        policies read the role from log_comment (engine_config.ROW_POLICIES), its workload holds the
         role's share of memory."""
         if not self._marked:
             assert self._conn is not None

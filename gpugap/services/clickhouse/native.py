@@ -22,7 +22,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpugap.services.clickhouse.engine import EngineError
+from gpugap.services.clickhouse.errors import EngineError
 
 MIN_REVISION_WITH_LOW_CARDINALITY, MIN_REVISION_WITH_CUSTOM_SERIALIZATION = 54405, 54454
 # field 1: is_overflows = 0; field 2: bucket_num = -1; 0: the end (BlockInfo::write)
@@ -152,8 +152,10 @@ def header_block(columns: Sequence[tuple[str, str]]) -> bytes:
     """The block ClickHouse writes at revision 0 for a Native result with no rows (its
     columns' names and types: clickhouse-go reads the columns from it), which chDB leaves
     out."""
-    return varint(len(columns)) + varint(0) + b"".join(
-        _string(name) + _string(type_name) for name, type_name in columns
+    return (
+        varint(len(columns))
+        + varint(0)
+        + b"".join(_string(name) + _string(type_name) for name, type_name in columns)
     )
 
 

@@ -4,7 +4,7 @@ the engine process's confinement (confine.py), which holds whatever passes here.
 Nothing here parses SQL: the engine parses a request (``formatQuerySingleLine``, which also
 refuses a second statement) and dumps its syntax tree (``EXPLAIN AST`` of that normalized,
 single statement); the checks below read those outputs. Privileges themselves are the engine's:
-readonly per connection and the grants of limits.py. What the engine cannot refuse in chDB is
+readonly per connection and the grants of engine_config.py. What the engine cannot refuse in chDB is
 refused here: ``file()`` (chDB's scalar reads any path, grant or not), ``INTO OUTFILE`` and
 ``FROM INFILE`` (done by chDB's client layer, not by the server), table functions that reach
 the host, the network, a program (``executable``) or the process's Python objects
@@ -26,7 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from gpugap.services.clickhouse import allowed
-from gpugap.services.clickhouse.engine import Connection, EngineError, escaped
+from gpugap.services.clickhouse.connection import Connection, escaped
+from gpugap.services.clickhouse.errors import EngineError
 from groundfloor import sqllex
 
 # table functions that compute or read this server's own tables, nothing else
@@ -60,7 +61,8 @@ MAX_FILTER_DEPTH = 4  # a filter's expression may hold a subquery with filters o
 
 _FUNCTION = re.compile(r"^\s*Function(?:WithKeyValueArguments)?\s+(\S+)", re.MULTILINE)
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"")
-# settings the engine lets the endpoint change per request, and no client (limits.PER_REQUEST)
+# settings the engine lets the endpoint change per request, and no client
+# (engine_config.PER_REQUEST)
 ENDPOINT_OWNED = allowed.NEVER | {"log_comment", "workload"}
 _SETTINGS_CLAUSE = re.compile(r"\bSETTINGS\s+", re.IGNORECASE)
 _ASSIGNMENT = re.compile(

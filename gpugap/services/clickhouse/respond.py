@@ -16,7 +16,8 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from gpugap.services.clickhouse import blocks
-from gpugap.services.clickhouse.engine import EngineError, Outcome
+from gpugap.services.clickhouse.connection import Outcome
+from gpugap.services.clickhouse.errors import EngineError
 
 CONTENT_TYPES = {
     "JSON": "application/json; charset=UTF-8",

@@ -12,7 +12,9 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from gpugap.services.clickhouse.engine import Connection, Engine, EngineError
+from gpugap.services.clickhouse.connection import Connection
+from gpugap.services.clickhouse.engine import Engine
+from gpugap.services.clickhouse.errors import EngineError
 
 MAX_SETTINGS_BYTES = 64 << 10  # what SET may keep for a session, names and values
 

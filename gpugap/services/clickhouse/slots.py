@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from gpugap.services.clickhouse.engine import EngineError
+from gpugap.services.clickhouse.errors import EngineError
 from gpugap.services.clickhouse.limits import EndpointLimits
 
 
