@@ -15,6 +15,7 @@ point each run at their own broker, topic prefix and spool), runs the venv's
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import pwd
@@ -46,6 +47,14 @@ def install() -> None:
         return
     if os.geteuid() != 0 or not which("apt-get"):
         raise RuntimeError(f"Slurm is not installed and cannot install {PACKAGES} (root + apt)")
+    # pytest-xdist workers each start their own cluster: one installs, the others wait for it
+    with open("/tmp/gpugap-slurm-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all(which(n) for n in NEEDED):
+            _apt_install()
+
+
+def _apt_install() -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-qq"], env=env, check=True, timeout=600)
     subprocess.run(
