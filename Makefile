@@ -1,7 +1,8 @@
 # gpugap: `make help` lists the targets. Every target sets up what it needs on a fresh machine.
 PY ?= python3
 VENV ?= .venv
-# pytest-xdist workers: the tests mostly wait on real services, so more workers than cores
+# pytest-xdist workers (files stay whole: tests/conftest.py): the tests mostly wait on
+# real services, so more workers than cores
 TEST_WORKERS ?= 3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -24,7 +25,7 @@ test: $(STAMP) ## run the test suite (starts a local Kafka broker if none is giv
 	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "tests/web needs Debian's chromium: apt-get install chromium"
 	$(BIN)/gpugap services fetch
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP) ## ruff, mypy and the import-layer contract (import-linter, pyproject.toml)
 	$(BIN)/ruff check .

@@ -421,3 +421,18 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
         yield server
     finally:
         server.stop()
+
+
+# --- pytest-xdist (make test: --dist loadgroup): a file's tests stay on one worker (its module
+# fixtures start once), and every file that reads the demo's day goes to the same worker, so the
+# ~2 minutes of loading it are paid once, not once per worker
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    files_on_the_demo = {
+        item.path for item in items if "demo_warehouse" in getattr(item, "fixturenames", ())
+    }
+    for item in items:
+        group = "demo_warehouse" if item.path in files_on_the_demo else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -31,11 +31,12 @@ def page_url(demo_warehouse: DemoWarehouse) -> Iterator[str]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(demo_warehouse: DemoWarehouse) -> Iterator[Any]:
-    """A headless Chromium context with a fresh profile of its own. Playwright's sync API keeps
-    an event loop running in the main thread from here to the session's end, and
-    ``asyncio.run`` refuses to start under it: the demo's warehouse (loaded with it) first."""
+    """A headless Chromium context with a fresh profile of its own, per test file. Playwright's
+    sync API keeps an event loop running in the main thread while it lives, and ``asyncio.run``
+    refuses to start under it: per file, so that the files a pytest-xdist worker runs after
+    this one start theirs (the demo's warehouse, loaded with it, first)."""
     exe = chromium_path()
     if exe is None:
         unavailable("Chromium is not installed (apt-get install chromium)")
