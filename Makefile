@@ -25,7 +25,7 @@ test: $(STAMP) ## run the test suite (starts a local Kafka broker if none is giv
 	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "tests/web needs Debian's chromium: apt-get install chromium"
 	$(BIN)/gpugap services fetch
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP) ## ruff, mypy and the import-layer contract (import-linter, pyproject.toml)
 	$(BIN)/ruff check .

@@ -366,6 +366,7 @@ def slurm() -> Iterator[SlurmCluster]:
 class DemoWarehouse:
     settings: ClickHouseSettings  # the admin's, on the demo's database
     admin: Any  # a clickhouse-connect client
+    loaded: dict[str, Any]  # tests/demo_data.load's counts and timings
 
     def one(self, sql: str, **params: Any) -> Any:
         return self.admin.query(sql, parameters=params).result_rows[0][0]
@@ -386,10 +387,10 @@ def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWareho
         }
     )
     migrate(settings)
-    load(settings)
+    loaded = load(settings)
     admin = connect(settings)
     try:
-        yield DemoWarehouse(settings, admin)
+        yield DemoWarehouse(settings, admin, loaded)
     finally:
         admin.command(f"DROP DATABASE IF EXISTS `{settings.database}`")
         admin.close()
@@ -423,16 +424,43 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
         server.stop()
 
 
-# --- pytest-xdist (make test: --dist loadgroup): a file's tests stay on one worker (its module
-# fixtures start once), and every file that reads the demo's day goes to the same worker, so the
-# ~2 minutes of loading it are paid once, not once per worker
+# --- pytest-xdist (make test): a file's tests stay on one worker (its module fixtures start
+# once), and the files that read the demo's day go to one worker together, so the ~2 minutes of
+# loading it are paid once, not once per worker. The scheduler runs in the controller, which
+# collects nothing: it goes by this list, and each worker checks the list against what it
+# collected. (Not --dist loadgroup: on pytest 9 its marks never reach the scheduler.)
 
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    files_on_the_demo = {
-        item.path for item in items if "demo_warehouse" in getattr(item, "fixturenames", ())
+DEMO_FILES = frozenset(
+    {
+        "tests/bi/test_dashboard.py",
+        "tests/queue/test_demo_queue.py",
+        "tests/web/test_api.py",
+        "tests/web/test_demo_page.py",
+        "tests/web/test_metrics.py",
+        "tests/web/test_page.py",
     }
-    for item in items:
-        group = "demo_warehouse" if item.path in files_on_the_demo else str(item.path)
-        item.add_marker(pytest.mark.xdist_group(group))
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    on_the_demo = {
+        item.path.relative_to(config.rootpath).as_posix()
+        for item in items
+        if "demo_warehouse" in getattr(item, "fixturenames", ())
+    }
+    if missing := on_the_demo - DEMO_FILES:
+        raise pytest.UsageError(
+            f"{sorted(missing)} read the demo_warehouse fixture: add them to "
+            "tests/conftest.py's DEMO_FILES (so that one xdist worker loads the demo)"
+        )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndTheDemo(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "the demo's warehouse" if file in DEMO_FILES else file
+
+    return FilesAndTheDemo(config, log)

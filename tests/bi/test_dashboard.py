@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +19,7 @@ import yaml  # type: ignore[import-untyped]
 from groundfloor.settings import ClickHouseSettings
 from tests.bi import drivers, grafana
 from tests.bi.conftest import built, run_json
-from tests.conftest import READER_PASSWORD
+from tests.conftest import READER_PASSWORD, DemoWarehouse
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -199,28 +197,18 @@ class Demo:
 
 
 @pytest.fixture(scope="module")
-def demo(clickhouse_server: ClickHouseSettings) -> Iterator[Demo]:
+def demo(demo_warehouse: DemoWarehouse) -> Demo:
+    """The session's demo warehouse (tests/conftest.py), which the panels only read."""
     from urllib.parse import urlparse
 
     from gpugap.simulator import S
-    from sinks.clickhouse.warehouse import connect, migrate
-    from tests import demo_data
 
-    settings = clickhouse_server.model_copy(update={"database": f"t{uuid.uuid4().hex[:10]}"})
-    migrate(settings)
-    try:
-        loaded = demo_data.load(settings, "demo")
-        sc = S.load("demo").scenario
-        start = sc.start.astimezone(UTC)
-        url = urlparse(settings.url)
-        yield Demo(settings, f"{url.hostname}:{url.port or 8123}", start,
-                   start + timedelta(seconds=sc.duration), loaded)  # fmt: skip
-    finally:
-        admin = connect(settings, database=False)
-        try:
-            admin.command(f"DROP DATABASE IF EXISTS `{settings.database}`")
-        finally:
-            admin.close()
+    settings = demo_warehouse.settings
+    sc = S.load("demo").scenario
+    start = sc.start.astimezone(UTC)
+    url = urlparse(settings.url)
+    return Demo(settings, f"{url.hostname}:{url.port or 8123}", start,
+                start + timedelta(seconds=sc.duration), demo_warehouse.loaded)  # fmt: skip
 
 
 def _reader(demo: Demo, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
