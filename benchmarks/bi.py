@@ -115,7 +115,7 @@ Runner = Callable[[ClickHouseSettings, int, datetime, dict[str, int]], dict[str,
 def connect_python(settings: ClickHouseSettings, runs: int, since: datetime,
                    expected: dict[str, int]) -> dict[str, list[float]]:  # fmt: skip
     """clickhouse-connect in this process: a client of its own, warmed up like the others."""
-    from sinks.clickhouse.warehouse import connect
+    from warehouse.client import connect
 
     client = connect(settings)
     try:
@@ -130,7 +130,7 @@ def connect_python(settings: ClickHouseSettings, runs: int, since: datetime,
 
 
 def expected_rows(settings: ClickHouseSettings, since: datetime) -> dict[str, int]:
-    from sinks.clickhouse.warehouse import connect
+    from warehouse.client import connect
 
     client = connect(settings)
     try:

@@ -21,9 +21,10 @@ def bench_database(
 ) -> Iterator[tuple[ClickHouseSettings, Any]]:
     """(settings, a client) of ``database``, new and migrated. ``env``: the embedded
     endpoint's environment (its users), when one is started."""
-    from gpugap.services.clickhouse.process import EmbeddedClickHouse
     from gpugap.services.kafka import free_port
-    from sinks.clickhouse.warehouse import connect, migrate
+    from warehouse.client import connect
+    from warehouse.embedded.process import EmbeddedClickHouse
+    from warehouse.migrate import migrate
 
     with tempfile.TemporaryDirectory(prefix=f"gpugap-bench-{database}-") as tmp:
         server = None

@@ -123,12 +123,12 @@ class Server:
         return env
 
     def code_path(self) -> str:
-        """The file the server's ``import gpugap.services.clickhouse.server`` loads."""
+        """The file the server's ``import warehouse.embedded.server`` loads."""
         out = subprocess.run(
             [
                 sys.executable,
                 "-c",
-                "import gpugap.services.clickhouse.server as s; print(s.__file__)",
+                "import warehouse.embedded.server as s; print(s.__file__)",
             ],
             cwd=self.root,
             env=self.env(),
@@ -371,7 +371,7 @@ def prepare_inserts(direct: Direct, data: InsertData, repeats: int) -> float:
     """GPU-minute rows as Native bytes (as in ``python -m benchmarks warehouse``), made by chDB
     in-process, and chDB's own rate for them (rows/s, median)."""
     from benchmarks.warehouse import SYNTHETIC
-    from sinks.clickhouse.warehouse import migrations
+    from warehouse.migrate import migrations
 
     # the table as every migration leaves it (later ones add columns to the first's)
     direct.a.query("CREATE DATABASE IF NOT EXISTS bench_schema")
@@ -428,7 +428,8 @@ def insert_throughput(
 
     from benchmarks.warehouse import SYNTHETIC
     from groundfloor.settings import ClickHouseSettings
-    from sinks.clickhouse.warehouse import client_options, connect, migrate
+    from warehouse.client import client_options, connect
+    from warehouse.migrate import migrate
 
     settings = ClickHouseSettings(url=url, password=ADMIN_PW, database="bench")
     migrate(settings)
@@ -944,7 +945,7 @@ def remove_worktree(where: Path) -> None:
 
 def changed_files(sha: str) -> str:
     out = subprocess.run(
-        ["git", "-C", str(REPO), "diff", "--shortstat", sha, "--", "gpugap/services/clickhouse"],
+        ["git", "-C", str(REPO), "diff", "--shortstat", sha, "--", "warehouse/embedded"],
         capture_output=True,
         text=True,
         check=False,
@@ -1147,7 +1148,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         say(
             f"baseline {args.baseline_ref} = {sha} in {tree}; current = {REPO} "
-            f"(gpugap/services/clickhouse vs {sha}: {changed_files(sha)})"
+            f"(warehouse/embedded vs {sha}: {changed_files(sha)})"
         )
         direct: Direct | None = None
         try:

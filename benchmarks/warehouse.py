@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from groundfloor.settings import ClickHouseSettings
-from sinks.clickhouse.sink import DAILY, ROLLUP
-from sinks.clickhouse.warehouse import client_options, connect, migrations
+from warehouse.client import client_options, connect
+from warehouse.migrate import migrations
+from warehouse.rows import DAILY, ROLLUP
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

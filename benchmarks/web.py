@@ -32,7 +32,7 @@ def _say(msg: str) -> None:
 def _load_synthetic(settings: ClickHouseSettings, rows: int) -> None:
     from benchmarks.report import ALERTS, settle
     from benchmarks.warehouse import START, load
-    from sinks.clickhouse.warehouse import connect
+    from warehouse.client import connect
 
     client = connect(settings)
     try:

@@ -209,7 +209,7 @@ async def watch_alerts(kafka: KafkaSettings, since: float, seen: Seen, stop: asy
 async def watch_tables(
     ch: ClickHouseSettings, since: float, seen: Seen, stop: asyncio.Event
 ) -> None:
-    from sinks.clickhouse.warehouse import connect
+    from warehouse.client import connect
 
     client = connect(ch)
     counts: dict[int, int] = {}
@@ -337,11 +337,11 @@ def bench_latency(
     source checkout: built like the tests build it), and when each alert shows in its API.
     ``watch``: given the running parts, a coroutine run beside the measuring ones for the
     live part (the soak's minute-by-minute report)."""
-    from gpugap.services.clickhouse.process import EmbeddedClickHouse
     from gpugap.services.kafka import LocalKafka
     from groundfloor.settings import ServicesSettings
-    from sinks.clickhouse.warehouse import migrate
     from tests.topics import create_topics
+    from warehouse.embedded.process import EmbeddedClickHouse
+    from warehouse.migrate import migrate
 
     with tempfile.TemporaryDirectory(prefix="gpugap-bench-latency-") as tmp:
         broker = LocalKafka.ephemeral(ServicesSettings(), Path(tmp))

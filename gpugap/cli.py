@@ -91,8 +91,8 @@ def _services(args: argparse.Namespace) -> int:
 
 def _clickhouse_serve(args: argparse.Namespace) -> int:
     require("gpugap clickhouse serve", "local", LOCAL_MODULES)
-    from gpugap.services.clickhouse import users_from
-    from gpugap.services.clickhouse.serve import serve
+    from warehouse.embedded import users_from
+    from warehouse.embedded.serve import serve
 
     settings = _settings()
     svc = settings.services
@@ -109,14 +109,14 @@ def _clickhouse_serve(args: argparse.Namespace) -> int:
 
 def _db_migrate(args: argparse.Namespace) -> int:
     if args.cluster:  # print, for a person to review and apply: nothing is connected to
-        from sinks.clickhouse.cluster import cluster_statements
-        from sinks.clickhouse.warehouse import migrations
+        from warehouse.cluster import cluster_statements
+        from warehouse.migrate import migrations
 
         for statement in cluster_statements(migrations(), args.cluster):
             print(statement if statement.startswith("--") else statement + ";\n")
         return 0
     require("gpugap db migrate", "clickhouse", ("clickhouse_connect",))
-    from sinks.clickhouse.warehouse import migrate
+    from warehouse.migrate import migrate
 
     settings = _settings().clickhouse
     applied = migrate(settings)

@@ -100,7 +100,7 @@ def _settings(args: argparse.Namespace) -> ClickHouseSettings:
 
     require(f"gpugap {args.command}", "clickhouse", ("clickhouse_connect",))
     from groundfloor.settings import load
-    from sinks.clickhouse.warehouse import client_options
+    from warehouse.client import client_options
 
     settings = load().clickhouse
     if args.clickhouse:
@@ -115,11 +115,11 @@ def _report(args: argparse.Namespace) -> int:
         DIMENSIONS,
         FORMATS,
         build_report,
-        open_client,
         parse_window,
         render,
         report_schema,
     )
+    from warehouse.client import connect
 
     if args.schema:
         schema = report_schema()
@@ -142,7 +142,7 @@ def _report(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top must be at least 1, got {args.top}")
     since, until = parse_window(args.since, args.until, datetime.now(UTC))
     settings = _settings(args)
-    client = open_client(settings)
+    client = connect(settings)
     try:
         report = build_report(client, since, until, args.by, args.top)
         text = render(report, args.format)
@@ -187,9 +187,9 @@ def _digest(args: argparse.Namespace) -> int:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from gpugap.report import FORMATS, open_client
-    from gpugap.report.query import run_query
+    from gpugap.report import FORMATS
     from gpugap.report.table import results
+    from warehouse.client import connect, run_query
 
     if args.format not in FORMATS:
         raise ConfigError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")
@@ -202,7 +202,7 @@ def _sql(args: argparse.Namespace) -> int:
             raise ConfigError(f"--param wants NAME=VALUE, got {item!r}")
         params[name] = value
     settings = _settings(args)
-    client = open_client(settings)
+    client = connect(settings)
     try:
         # the server stops after about max_rows (whole blocks); the rest is cut here
         limit = {"max_result_rows": args.max_rows, "result_overflow_mode": "break"}

@@ -26,11 +26,11 @@ from typing import Any
 from pydantic import SecretStr
 
 from gpugap.demo_watch import against_truth, create_topics, worker_metrics
-from gpugap.services.clickhouse.password import password_file
-from gpugap.services.clickhouse.password import read as read_password
 from gpugap.services.kafka import free_port
 from groundfloor.settings import ClickHouseSettings, KafkaSettings, load
 from schemas.errors import ConfigError, ServiceError
+from warehouse.embedded.password import password_file
+from warehouse.embedded.password import read as read_password
 
 PREFIX = "demo."
 GPUGAP = [sys.executable, "-m", "gpugap"]
@@ -122,7 +122,7 @@ class Demo:
     # --- the run ---------------------------------------------------------------------------
 
     def run(self) -> int:
-        from sinks.clickhouse.warehouse import migrate
+        from warehouse.migrate import migrate
 
         self.tmp = self.opts.data_dir or Path(tempfile.mkdtemp(prefix="gpugap-demo-"))
         bootstrap = self._start_kafka(self.tmp)
@@ -201,9 +201,9 @@ class Demo:
     def _queue(self, ch: ClickHouseSettings, since: Any, until: Any) -> Any:
         """The report's queue section (gpugap report --queue): waits and the padding's cost."""
         from gpugap.queue.report import build_queue
-        from gpugap.report import open_client
+        from warehouse.client import connect
 
-        client = open_client(ch)
+        client = connect(ch)
         try:
             return build_queue(client, since, until)
         except Exception as exc:  # the demo goes on: the gap report is what it is about
@@ -245,8 +245,8 @@ class Demo:
         worker's /metrics may not answer, and its gauges between two batches say little)."""
         from gpugap.demo_watch import Watch, stale_rollups
         from schemas.topics import SAMPLES
-        from sinks.clickhouse.sink import ClickHouseSink
-        from sinks.clickhouse.warehouse import connect
+        from sinks import plugin as sink_plugin
+        from warehouse.client import connect
 
         assert self.kafka is not None
         client = connect(ch)
@@ -257,7 +257,7 @@ class Demo:
             self.kafka,
             {
                 self._worker_group(): tuple(t.name for t in committed),
-                SINK_GROUP: tuple(t.name for t in ClickHouseSink.topics),
+                SINK_GROUP: tuple(t.name for t in sink_plugin("clickhouse").load().topics),
             },
         )
         last_msgs, last_t, settled = 0, time.monotonic(), 0

@@ -89,7 +89,7 @@ class Watch:
 def stale_rollups(client: Any) -> int:
     """Hours and days whose rollup is older than the rows under them (the sink rolls up a
     moment after it stores): the report must not be read before this is 0."""
-    from sinks.clickhouse.sink import STALE_DAYS, STALE_HOURS
+    from warehouse.rows import STALE_DAYS, STALE_HOURS
 
     return sum(len(client.query(q).result_rows) for q in (STALE_HOURS, STALE_DAYS))
 

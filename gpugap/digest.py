@@ -48,7 +48,7 @@ class Row:
 
 
 def fetch(ch: ClickHouseSettings, day: date, top: int, min_gap_gpu_h: float) -> list[Row]:
-    from sinks.clickhouse.warehouse import connect
+    from warehouse.client import connect
 
     client = connect(ch)
     try:
@@ -61,7 +61,7 @@ def fetch(ch: ClickHouseSettings, day: date, top: int, min_gap_gpu_h: float) -> 
 
 
 def compose(owner: str, rows: list[Row], day: date, sender: str, to: str) -> EmailMessage:
-    from sinks.message import NAME_MAX, clean, sql_string
+    from groundfloor.text import NAME_MAX, clean, sql_string
 
     total = sum(r.gap_gpu_h for r in rows)
     msg = EmailMessage()
@@ -102,16 +102,17 @@ def send_digests(
 ) -> list[tuple[str, str]]:
     """Mail each owner their digest; (owner, address) of every mail sent (or, dry, composed).
     Owners whose name is not a plain user name are skipped (never mailed)."""
-    from sinks.email.settings import EmailSettings
-    from sinks.email.target import OWNER_PATTERN, EmailTarget
+    from sinks import plugin
 
-    cfg = EmailSettings()
+    email = plugin("email")  # through the registry: the application never imports a sink
+    cfg: Any = email.config()
+    email_target = email.load()
     if not cfg.owner_domain:
         raise ConfigError("GPUGAP_EMAIL_OWNER_DOMAIN is not set: the digest mails <owner>@<domain>")
-    target = EmailTarget(cfg, settings.kafka) if not dry_run else None
+    target = email_target(cfg, settings.kafka) if not dry_run else None
     by_owner: dict[str, list[Row]] = {}
     for row in fetch(settings.clickhouse, day, top, min_gap_gpu_h):
-        if OWNER_PATTERN.fullmatch(row.owner):
+        if email_target.mails_owner(row.owner):
             by_owner.setdefault(row.owner, []).append(row)
     sent: list[tuple[str, str]] = []
     for owner, rows in sorted(by_owner.items()):

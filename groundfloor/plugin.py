@@ -149,7 +149,15 @@ class Plugin:
             target = getattr(importlib.import_module(module), attr)
         except ModuleNotFoundError as exc:
             top = (exc.name or "").split(".")[0]
-            if top in ("gpugap", "groundfloor", "schemas", "producers", "streams", "sinks"):
+            if top in (
+                "gpugap",
+                "groundfloor",
+                "schemas",
+                "producers",
+                "streams",
+                "sinks",
+                "warehouse",
+            ):
                 raise
             raise MissingExtra(
                 f"gpugap {self.kind} {self.name} needs {exc.name}, which is not installed: "

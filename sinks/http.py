@@ -12,9 +12,9 @@ import aiohttp
 from yarl import URL
 
 from groundfloor import __version__
+from groundfloor.text import clean
 from schemas.errors import ConfigError, RetriableError
 from sinks.alerting import AlertTarget, Refused
-from sinks.message import clean
 
 #: how much of an answer's body is read and quoted in a refusal
 ANSWER_MAX = 300

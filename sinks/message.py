@@ -19,17 +19,16 @@ already made safe to show:
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import quote
 
+from groundfloor.text import NAME_MAX, clean, cut, sql_string
 from schemas import Alert
 from schemas.errors import ConfigError
 from schemas.types import AlertKind, AlertState
 
 #: bounds of untrusted values (characters, before any escaping)
-NAME_MAX = 64
 TITLE_NAME_MAX = 60
 ID_MAX = 200
 DETAIL_MAX = 300
@@ -37,10 +36,6 @@ DETAIL_MAX = 300
 NODES_SHOWN = 10
 #: the warehouse view with the latest state of each alert (migrations/004)
 ALERTS_VIEW = "v_alerts"
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-#: format (bidi, zero-width), surrogate, private-use and line/paragraph separator characters
-_HIDDEN = frozenset({"Cf", "Cs", "Co", "Zl", "Zp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,25 +64,6 @@ class Message:
 # --- making untrusted text safe -------------------------------------------------------------
 
 
-def cut(text: str, limit: int) -> str:
-    """``text`` in at most ``limit`` characters: longer ones end in "…"."""
-    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
-
-
-def clean(text: str | None, limit: int = NAME_MAX) -> str:
-    """An untrusted value as one harmless line of at most ``limit`` characters."""
-    if not text:
-        return ""
-    out = []
-    for ch in text[: limit * 4]:  # enough to fill the bound after dropping characters
-        if _CONTROL.match(ch) or unicodedata.category(ch) in _HIDDEN:
-            out.append(" ")
-        else:
-            out.append(ch)
-    line = " ".join("".join(out).split())  # one line, single spaces
-    return cut(line.replace("://", "[:]//"), limit)
-
-
 def mrkdwn(text: str, limit: int = 2000, *, code: bool = False) -> str:
     """Plain text as Slack mrkdwn that shows exactly that text: ``&``, ``<`` and ``>`` as
     entities (no ``<!channel>``, no ``<http://...|link>``), a word joiner after ``@`` (no bare
@@ -107,21 +83,6 @@ def mrkdwn(text: str, limit: int = 2000, *, code: bool = False) -> str:
         out.append(piece)
         size += len(piece)
     return "".join(out)
-
-
-def sql_string(value: str) -> str:
-    """A ClickHouse string literal for exactly ``value``, on one harmless line: backslash and
-    quote escaped, control and format characters (and the ``:`` of ``://``) as ``\\xHH``
-    bytes of their UTF-8."""
-    out = []
-    for ch in value:
-        if ch in "\\'":
-            out.append("\\" + ch)
-        elif _CONTROL.match(ch) or unicodedata.category(ch) in _HIDDEN:
-            out.append("".join(f"\\x{b:02X}" for b in ch.encode("utf-8", "surrogatepass")))
-        else:
-            out.append(ch)
-    return "'" + "".join(out).replace("://", "\\x3A//") + "'"
 
 
 # --- the evidence link ------------------------------------------------------------------------

@@ -265,8 +265,8 @@ def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clic
                 password=CLICKHOUSE_PASSWORD,
             )
         return
-    from gpugap.services.clickhouse.process import EmbeddedClickHouse
     from gpugap.services.kafka import free_port
+    from warehouse.embedded.process import EmbeddedClickHouse
 
     root = tmp_path_factory.mktemp("clickhouse")
     server = EmbeddedClickHouse(
@@ -288,7 +288,7 @@ def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clic
 
 
 def _clickhouse_answers(settings: ClickHouseSettings) -> bool:
-    from gpugap.services.clickhouse.process import answers
+    from warehouse.embedded.process import answers
 
     return answers(settings.url)
 
@@ -296,7 +296,8 @@ def _clickhouse_answers(settings: ClickHouseSettings) -> bool:
 @pytest.fixture
 def clickhouse(clickhouse_server: ClickHouseSettings) -> Iterator[ClickHouseSettings]:
     """A database of this test's own, with the migrations applied; dropped afterwards."""
-    from sinks.clickhouse.warehouse import connect, migrate
+    from warehouse.client import connect
+    from warehouse.migrate import migrate
 
     settings = clickhouse_server.model_copy(update={"database": f"t{uuid.uuid4().hex[:10]}"})
     migrate(settings)
@@ -377,8 +378,9 @@ class DemoWarehouse:
 
 @pytest.fixture(scope="session")
 def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWarehouse]:
-    from sinks.clickhouse.warehouse import connect, migrate
     from tests.demo_data import load
+    from warehouse.client import connect
+    from warehouse.migrate import migrate
 
     settings = clickhouse_server.model_copy(
         update={

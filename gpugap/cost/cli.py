@@ -74,7 +74,7 @@ def _load(args: argparse.Namespace) -> int:
 
     require("gpugap cost load", "clickhouse", ("clickhouse_connect",))
     from groundfloor.settings import load
-    from sinks.clickhouse.warehouse import as_gpugap_error, connect
+    from warehouse.client import as_gpugap_error, connect
 
     card, source = _card(args)
     settings = load().clickhouse

@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpugap.report.queries import window_parameters
-from gpugap.report.query import run_query
 from gpugap.report.table import Col, cut, table
+from warehouse.client import run_query
 
 NO_RATE = "no rate"
 WIDTH = 100

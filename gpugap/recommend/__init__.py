@@ -44,7 +44,7 @@ def recommend_for(
     ``recommendations.v1`` (its topic prefix included) for the ClickHouse sink to store, or
     with ``out`` write them there as JSON lines. Neither: computed only, nothing stored."""
     from gpugap.recommend import engine
-    from sinks.clickhouse.warehouse import connect
+    from warehouse.client import connect
 
     client = connect(settings)
     try:

@@ -75,7 +75,7 @@ def _settings(args: argparse.Namespace) -> ClickHouseSettings:
 
     require("gpugap recommend", "clickhouse", ("clickhouse_connect",))
     from groundfloor.settings import load
-    from sinks.clickhouse.warehouse import client_options
+    from warehouse.client import client_options
 
     settings = load().clickhouse
     if getattr(args, "clickhouse", None):
@@ -85,9 +85,9 @@ def _settings(args: argparse.Namespace) -> ClickHouseSettings:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from gpugap.report import open_client
+    from warehouse.client import connect
 
-    return open_client(_settings(args))
+    return connect(_settings(args))
 
 
 def _format(args: argparse.Namespace, allowed: tuple[str, ...] = FORMATS) -> str:
@@ -119,7 +119,7 @@ def change_text(parameter: str, from_value: str, to_value: str) -> str:
 def summary_lines(recs: list[Recommendation], top: int) -> list[str]:
     """The top recommendations, one line each (the demo prints these too)."""
     from gpugap.report.table import Col, table
-    from sinks.clickhouse.sink import recommendation_target
+    from warehouse.rows import recommendation_target
 
     cols = [Col("#", right=True), Col("id"), Col("target", max=40), Col("change"),
             Col("GPU-h/wk", right=True), Col("conf", right=True)]  # fmt: skip
@@ -221,7 +221,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def show_text(rec: Recommendation, decisions: list[Any]) -> str:
-    from sinks.clickhouse.sink import recommendation_target
+    from warehouse.rows import recommendation_target
 
     e = rec.evidence
     lines = [
@@ -286,7 +286,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace) -> int:
     from gpugap.recommend.engine import decide
-    from sinks.clickhouse.warehouse import connect
+    from warehouse.client import connect
 
     client = connect(_settings(args))
     try:

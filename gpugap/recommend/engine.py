@@ -28,10 +28,10 @@ from gpugap.recommend.queries import (
     window,
 )
 from gpugap.recommend.usage_queries import gpu_uses, service_demand
-from gpugap.report.query import run_query
 from schemas.errors import ConfigError
 from schemas.models import Recommendation, RecommendationTarget
 from schemas.types import utc_now
+from warehouse.client import run_query
 
 if TYPE_CHECKING:
     from groundfloor.kafka.publish import Publisher

@@ -15,10 +15,10 @@ from datetime import datetime
 from gpugap.report.build import build_report
 from gpugap.report.models import DIMENSIONS, Report, report_schema
 from gpugap.report.queries import BY_COLUMN
-from gpugap.report.query import QueryError, open_client
 from gpugap.report.render import FORMATS, render
 from groundfloor.settings import ClickHouseSettings
 from groundfloor.timearg import parse_time, parse_window
+from warehouse.client import QueryError, connect
 
 __all__ = [
     "BY_COLUMN",
@@ -43,7 +43,7 @@ def report_for(
     top: int = 10,
 ) -> Report:
     """Connect, build the report, close: the one call for a caller holding settings."""
-    client = open_client(settings)
+    client = connect(settings)
     try:
         return build_report(client, since, until, by, top)
     finally:

@@ -1,1 +1,2 @@
-"""Local services for machines without Docker: a Kafka broker (and later the warehouse)."""
+"""Local services for machines without Docker: a Kafka broker (the embedded ClickHouse
+endpoint is warehouse/embedded)."""

@@ -38,7 +38,7 @@ def _web(args: argparse.Namespace) -> int:
     require("gpugap web", "clickhouse,local", ("aiohttp", "clickhouse_connect"))
     from gpugap.web.server import serve
     from groundfloor.settings import load
-    from sinks.clickhouse.warehouse import client_options
+    from warehouse.client import client_options
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be 0..65535, got {args.port}")

@@ -32,7 +32,7 @@ from aiohttp import web
 from gpugap.web import DEFAULT_PORT, api, metrics, params
 from gpugap.web.queries import Query
 from groundfloor.settings import ClickHouseSettings
-from schemas.errors import GpugapError, RetriableError
+from schemas.errors import GpugapError
 
 log = logging.getLogger("gpugap.web")
 
@@ -89,7 +89,7 @@ class Workers:
             t.start()
 
     def _work(self) -> None:
-        from gpugap.report.query import open_client, run_query
+        from warehouse.client import connect, run_query
 
         client: Any = None
         try:
@@ -99,7 +99,7 @@ class Workers:
                     continue
                 try:
                     if client is None:
-                        client = open_client(self.settings)
+                        client = connect(self.settings)
                     result = self._query(client, q, run_query)
                     fut.set_result((list(result.column_names), list(result.result_rows)))
                 except BaseException as exc:  # the caller gets it, the thread goes on
@@ -113,16 +113,12 @@ class Workers:
         if self.settings.readonly_password is None:  # readonly=2 on each query
             return run_query(client, q.sql, q.params)
         # the read-only user may not even name the readonly setting (the endpoint refuses it)
-        from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
-
-        from gpugap.report.query import QueryError, one_line
+        from warehouse.client import as_gpugap_error
 
         try:
             return client.query(q.sql, parameters=q.params)
-        except OperationalError as exc:
-            raise RetriableError(f"ClickHouse is unavailable: {one_line(exc)}") from None
-        except DatabaseError as exc:
-            raise QueryError(f"ClickHouse refused the query: {one_line(exc)}") from None
+        except Exception as exc:
+            raise as_gpugap_error(exc, self.settings.url) from None
 
     async def run(self, q: Query) -> api.Rows:
         fut: Future[api.Rows] = Future()

@@ -58,7 +58,7 @@ MAX_NODES = 20
 RESEND_CHUNK = 200
 #: statuses worth retrying: Alertmanager (or a proxy before it) is overloaded or timed out
 RETRIABLE_STATUS = frozenset({408, 425, 429})
-#: the warehouse view the evidence query names (sinks/clickhouse/migrations/*_views.sql)
+#: the warehouse view the evidence query names (warehouse/migrations/*_views.sql)
 ALERTS_VIEW = "v_alerts"
 
 

@@ -40,11 +40,12 @@ from email.utils import formatdate, parseaddr
 from typing import Any
 
 from groundfloor.settings import KafkaSettings
+from groundfloor.text import clean
 from schemas import Alert
 from schemas.errors import ConfigError, RetriableError
 from schemas.types import AlertState
 from sinks.alerting import AlertTarget, Refused
-from sinks.message import check_template, clean, describe, plain_text
+from sinks.message import check_template, describe, plain_text
 
 from .settings import EmailSettings
 
@@ -99,6 +100,11 @@ def _reply(code: int, text: bytes | str) -> str:
 class EmailTarget(AlertTarget):
     """Each alert's open and resolve as a mail (the module's documentation)."""
 
+    @staticmethod
+    def mails_owner(owner: str) -> bool:
+        """Whether an owner's name is a plain user name, the only kind mailed at the domain."""
+        return OWNER_PATTERN.fullmatch(owner) is not None
+
     name = "email"
 
     def __init__(self, config: EmailSettings, kafka: KafkaSettings, **batching: Any) -> None:
@@ -143,7 +149,7 @@ class EmailTarget(AlertTarget):
         """(header form, envelope address) of everyone this alert is mailed to."""
         out = list(self.to)
         owner = alert.owner or ""
-        if self.settings.owner_domain and OWNER_PATTERN.fullmatch(owner):
+        if self.settings.owner_domain and self.mails_owner(owner):
             spec = f"{owner}@{self.settings.owner_domain}"
             out.append((spec, spec))
         seen: set[str] = set()

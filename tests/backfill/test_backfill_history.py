@@ -35,12 +35,13 @@ from producers.backfill.slurm import SlurmHistory
 from producers.backfill.telemetry import PrometheusTelemetry
 from producers.base import run_producer
 from schemas import TOPICS, NodeSample, SlurmJobEvent
-from sinks.clickhouse.warehouse import connect, migrate
 from tests.backfill.estate import dcgm_series, ksm_series, sacct_dump
 from tests.backfill.history import Series, prometheus_with, read_jsonl
 from tests.conftest import run_worker
 from tests.streams.test_end_to_end import store, utc
 from tests.topics import create_topics
+from warehouse.client import connect
+from warehouse.migrate import migrate
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(1800)]
 SCENARIO = Path(__file__).with_name("three_days.toml")

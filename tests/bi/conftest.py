@@ -55,7 +55,7 @@ T_FROM, T_TO = 1714554000, 1714561200
 
 def warehouse_views() -> list[str]:
     names: set[str] = set()
-    pkg = resources.files("sinks.clickhouse.migrations")
+    pkg = resources.files("warehouse.migrations")
     for f in pkg.iterdir():
         if f.name.endswith(".sql"):
             names |= set(re.findall(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)", f.read_text(), re.I))
@@ -104,7 +104,7 @@ def account(request: pytest.FixtureRequest, clickhouse_server: ClickHouseSetting
 
 @pytest.fixture
 def warehouse(clickhouse: ClickHouseSettings) -> Iterator[Warehouse]:
-    from sinks.clickhouse.warehouse import connect
+    from warehouse.client import connect
 
     admin = connect(clickhouse)
     try:

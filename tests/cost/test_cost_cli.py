@@ -21,8 +21,8 @@ from producers.transfers.csv_import import BadRow, rows
 from producers.transfers.settings import TransfersCsvSettings
 from schemas.models import Record, Transfer
 from sinks.clickhouse.sink import ClickHouseSink
-from sinks.clickhouse.warehouse import connect
 from tests.cost.estate import CARD, H100_HPC, HPC_KWH, minutes, transfers
+from warehouse.client import connect
 
 BILL = """\
 identity/LineItemId,lineItem/UsageStartDate,lineItem/UsageType,lineItem/UsageAmount,lineItem/UnblendedCost,resourceTags/user:team

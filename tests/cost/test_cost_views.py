@@ -1,5 +1,5 @@
 """The cost views against the rate card applied by hand to a simulated estate with known
-watts and transfers (records written through the sink, as tests/sinks/test_views.py)."""
+watts and transfers (records written through the sink, as tests/warehouse/test_views.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from groundfloor.settings import ClickHouseSettings
 from sinks.clickhouse.sink import ClickHouseSink
-from sinks.clickhouse.warehouse import connect
 from tests.cost.estate import (
     A100_HPC,
     CLOUD_CO2,
@@ -24,6 +23,7 @@ from tests.cost.estate import (
     minutes,
     transfers,
 )
+from warehouse.client import connect
 
 approx = pytest.approx
 

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from groundfloor.settings import ClickHouseSettings
-from sinks.clickhouse.warehouse import connect, migrate
 from tests.gpugap.report_data import store
+from warehouse.client import connect
+from warehouse.migrate import migrate
 
 
 @pytest.fixture(scope="session")

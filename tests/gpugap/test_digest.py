@@ -16,7 +16,7 @@ from groundfloor.settings import ClickHouseSettings
 from schemas import Record
 from sinks.clickhouse.sink import ClickHouseSink
 from tests.sinks.receivers import Mail, SmtpServer, make_pki
-from tests.sinks.test_views import T0, job, minute
+from tests.warehouse.test_views import T0, job, minute
 
 
 def store(clickhouse: ClickHouseSettings, records: list[Record]) -> None:

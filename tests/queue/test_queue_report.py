@@ -18,7 +18,7 @@ from gpugap.report import report_schema
 from groundfloor.settings import ClickHouseSettings
 from schemas import NodeGpus, Record, SlurmJobEvent
 from sinks.clickhouse.sink import ClickHouseSink
-from sinks.clickhouse.warehouse import connect
+from warehouse.client import connect
 
 H = 3600
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)

@@ -50,7 +50,8 @@ def run_sink(kafka: KafkaSettings, settings: ClickHouseSettings, idle_s: float =
 @pytest.fixture(scope="module")
 def week(clickhouse_server: ClickHouseSettings) -> Iterator[ClickHouseSettings]:
     """A database of this module's own with the scenario written through the sink."""
-    from sinks.clickhouse.warehouse import connect, migrate
+    from warehouse.client import connect
+    from warehouse.migrate import migrate
 
     settings = clickhouse_server.model_copy(update={"database": f"r{uuid.uuid4().hex[:10]}"})
     migrate(settings)

@@ -15,8 +15,8 @@ from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import decode
 from schemas.models import Recommendation
 from schemas.topics import RECOMMENDATIONS
-from sinks.clickhouse.warehouse import connect
 from tests.recommend.conftest import run_sink
+from warehouse.client import connect
 
 
 @pytest.fixture

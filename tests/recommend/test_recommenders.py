@@ -11,7 +11,6 @@ from gpugap.recommend import base
 from gpugap.recommend.engine import compute, publish
 from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas.models import Recommendation
-from sinks.clickhouse.warehouse import connect
 from tests.recommend.conftest import run_sink
 from tests.recommend.scenario import (
     CONTROLS,
@@ -23,6 +22,7 @@ from tests.recommend.scenario import (
     T0,
     elapsed,
 )
+from warehouse.client import connect
 
 
 def run(settings: ClickHouseSettings, **kw: object) -> list[Recommendation]:

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import requests
 
-from gpugap.services.clickhouse.process import EmbeddedClickHouse
 from gpugap.services.kafka import free_port
 from schemas.errors import GpugapError
+from warehouse.embedded.process import EmbeddedClickHouse
 
 ADMIN_PASSWORD = "sec-admin-pw-5d0c9e71"
 READER_PASSWORD = "sec-reader-pw-a71f4238"

@@ -23,8 +23,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from gpugap.services.clickhouse.confine import landlock_abi
-from gpugap.services.clickhouse.process import EmbeddedClickHouse
 from gpugap.services.kafka import free_port
 from tests.security.conftest import (
     ADMIN,
@@ -36,6 +34,8 @@ from tests.security.conftest import (
     describe,
     minimal_env,
 )
+from warehouse.embedded.confine import landlock_abi
+from warehouse.embedded.process import EmbeddedClickHouse
 
 HOSTNAME = socket.gethostname()
 UNGUARDED = [sys.executable, "-m", "tests.security.unguarded"]

@@ -29,10 +29,8 @@ import pytest
 import requests
 from pydantic import SecretStr
 
-from gpugap.services.clickhouse.process import answers
 from gpugap.services.kafka import free_port
 from groundfloor.settings import ClickHouseSettings
-from sinks.clickhouse.warehouse import connect
 from tests.security.conftest import (
     ADMIN,
     ADMIN_PASSWORD,
@@ -58,6 +56,8 @@ from tests.security.conftest import (
     unique,
     upload,
 )
+from warehouse.client import connect
+from warehouse.embedded.process import answers
 
 # --- read-only means read-only ------------------------------------------------------------
 

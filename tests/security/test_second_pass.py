@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from gpugap.services.clickhouse import allowed
 from tests.security.conftest import (
     ADMIN,
     READER,
@@ -29,6 +28,7 @@ from tests.security.conftest import (
     running,
     unique,
 )
+from warehouse.embedded import allowed
 
 WHO = {"admin": ADMIN, "reader": READER}
 
@@ -81,7 +81,7 @@ def test_every_allowed_setting_is_reviewed_and_none_names_a_path_file_url_or_sch
     committed = allowed.committed()
     assert allowed.derive(rows) == committed, (
         "allowed_settings.txt is not what allowed.derive() gives for this engine: run "
-        "`python -m gpugap.services.clickhouse.allowed` and review the difference"
+        "`python -m warehouse.embedded.allowed` and review the difference"
     )
     words = re.compile(r"\b(paths?|files?|filenames?|urls?|uris?|schemas?)\b", re.IGNORECASE)
     by_name = {r["name"]: r for r in rows}
@@ -95,7 +95,7 @@ def test_every_allowed_setting_is_reviewed_and_none_names_a_path_file_url_or_sch
     doc = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
     assert allowed.doc_block(doc) == allowed.render_doc(committed), (
         "docs/security.md does not list the allowed settings as they are: run "
-        "`python -m gpugap.services.clickhouse.allowed --write`"
+        "`python -m warehouse.embedded.allowed --write`"
     )
     constant = {r["name"] for r in rows if r["readonly"]}
     for name in ("output_format_schema", "format_template_row", "format_schema"):

@@ -13,9 +13,9 @@ import argparse
 import logging
 from pathlib import Path
 
-from gpugap.services.clickhouse import users_from
-from gpugap.services.clickhouse.serve import serve
 from groundfloor.settings import ClickHouseSettings
+from warehouse.embedded import users_from
+from warehouse.embedded.serve import serve
 
 
 def main() -> None:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.services.clickhouse.process import EmbeddedClickHouse
 from gpugap.services.kafka import free_port
 from groundfloor.kafka.consume import DeadLetters
 from groundfloor.kafka.publish import KafkaPublisher
@@ -24,9 +23,12 @@ from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import TOPICS, DeadLetter
 from schemas.examples import gpu_uuid, one_of_each
 from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
-from sinks.clickhouse.sink import ClickHouseSink, _ms
-from sinks.clickhouse.warehouse import connect, migrate
+from sinks.clickhouse.sink import ClickHouseSink
 from tests.conftest import create_topics, read_topic
+from warehouse.client import connect
+from warehouse.embedded.process import EmbeddedClickHouse
+from warehouse.migrate import migrate
+from warehouse.rows import minute_ms
 
 pytestmark = pytest.mark.kafka
 
@@ -65,7 +67,7 @@ def expected(n: int) -> tuple[int, int, int]:
         if i % 10:
             a = (i * 7919) % 60_001
             alloc_ms += a
-            consumed_ms += _ms(a / 1000 / 2)
+            consumed_ms += minute_ms(a / 1000 / 2)
         else:
             consumed_ms += 500
     return n, alloc_ms, consumed_ms

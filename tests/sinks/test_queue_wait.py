@@ -11,7 +11,7 @@ import pytest
 from groundfloor.settings import ClickHouseSettings
 from schemas import K8sPodEvent, NodeGpus, Record, SlurmJobEvent
 from sinks.clickhouse.sink import ClickHouseSink
-from sinks.clickhouse.warehouse import connect
+from warehouse.client import connect
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 

@@ -14,9 +14,10 @@ from pydantic import SecretStr, ValidationError
 
 from gpugap.services.kafka import free_port
 from groundfloor.settings import KafkaSettings
+from groundfloor.text import clean, sql_string
 from schemas.errors import ConfigError, RetriableError
 from sinks.alerting import Refused
-from sinks.message import check_template, clean, duration, mrkdwn, nodes, sql_string
+from sinks.message import check_template, duration, mrkdwn, nodes
 from sinks.slack.settings import SlackSettings
 from sinks.slack.target import SlackTarget, payload
 from tests.sinks.receivers import (

@@ -38,10 +38,10 @@ from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import TOPICS
 from schemas.topics import MINUTES, SAMPLES
 from sinks.clickhouse.sink import ClickHouseSink
-from sinks.clickhouse.warehouse import connect
 from tests.conftest import unavailable
 from tests.kafka_cluster import KafkaCluster
 from tests.streams.test_end_to_end import processed, verify
+from warehouse.client import connect
 
 pytestmark = pytest.mark.kafka
 

@@ -77,7 +77,7 @@ def test_the_page_queries_as_the_read_only_user() -> None:
     s = ClickHouseSettings(readonly_password="pw")
     assert reader(s).user == s.readonly_user and reader(s).password is not None
     plain = ClickHouseSettings(readonly_password=None)
-    assert reader(plain).user == plain.user  # then in readonly=2 mode (gpugap.report.query)
+    assert reader(plain).user == plain.user  # then in readonly=2 mode (warehouse.client.run_query)
 
 
 def test_every_asset_ships_in_the_package_and_names_no_other_host() -> None:
