@@ -31,9 +31,12 @@ def _settings() -> Settings:
 
 
 def _config_show(args: argparse.Namespace) -> int:
+    from groundfloor.settings import read_part
     from producers import REGISTRY, plugin
+    from streams.settings import WorkerSettings
 
     data = _settings().masked()
+    data["worker"] = json.loads(read_part(WorkerSettings).model_dump_json())  # GPUGAP_WORKER_*
     data["producers"] = {}
     for name in REGISTRY:  # each producer's own settings (GPUGAP_NVML_*, GPUGAP_K8S_*...)
         cfg = plugin(name).config()

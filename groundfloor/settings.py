@@ -10,7 +10,7 @@ import ipaddress
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -27,6 +27,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from schemas.errors import ConfigError
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, TRANSFERS
 from schemas.types import CLUSTER_PATTERN, Scheduler, WorkloadClass, normal_text
+
+PartT = TypeVar("PartT", bound=BaseSettings)
 
 if TYPE_CHECKING:
     import ssl
@@ -491,56 +493,6 @@ class IdleSettings(BaseSettings):
         return out
 
 
-class WorkerSettings(BaseSettings):
-    """``GPUGAP_WORKER_*``: the stream worker's state bounds (docs/worker.md#state-bounds)."""
-
-    model_config = env_config("GPUGAP_WORKER_")
-
-    node_idle_expiry_s: float = Field(
-        default=3600.0,
-        ge=0.0,
-        le=365 * 86400.0,
-        description="a node with no sample and no allocation event for this long (event time, "
-        "against the worker's watermark) is forgotten once its minutes are emitted and no "
-        "allocation runs on it; GPUs and pod attributions likewise; 0 = never (at least 60)",
-    )
-    max_nodes: int = Field(
-        default=200_000,
-        ge=0,
-        le=100_000_000,
-        description="nodes one worker holds at most: a record for a new node beyond is a dead "
-        "letter with the reason; 0 = no cap",
-    )
-    max_gpus: int = Field(
-        default=1_600_000,
-        ge=0,
-        le=800_000_000,
-        description="GPUs one worker holds at most (over its nodes): a sample bringing a GPU "
-        "beyond is a dead letter with the reason; 0 = no cap",
-    )
-    max_allocations: int = Field(
-        default=400_000,
-        ge=0,
-        le=100_000_000,
-        description="allocations one worker holds at most (over its nodes: running, or ended "
-        "minutes ago): an event of one more is a dead letter with the reason; 0 = no cap",
-    )
-    max_allocations_per_node: int = Field(
-        default=1_024,
-        ge=1,
-        le=1_000_000,
-        description="allocations one node holds at most (running, or ended minutes ago): one "
-        "more is a dead letter with the reason",
-    )
-
-    @field_validator("node_idle_expiry_s")
-    @classmethod
-    def _expiry(cls, value: float) -> float:
-        if 0 < value < 60:
-            raise ValueError("at least 60 seconds (or 0: never)")
-        return value
-
-
 class Settings(BaseSettings):
     model_config = env_config("GPUGAP_")
 
@@ -550,7 +502,6 @@ class Settings(BaseSettings):
     clickhouse: ClickHouseSettings = Field(default_factory=ClickHouseSettings)
     services: ServicesSettings = Field(default_factory=ServicesSettings)
     idle: IdleSettings = Field(default_factory=IdleSettings)
-    worker: WorkerSettings = Field(default_factory=WorkerSettings)
 
     def masked(self) -> dict[str, Any]:
         """The effective configuration with every secret shown as '**********'."""
@@ -570,7 +521,6 @@ def load() -> Settings:
         "clickhouse": ClickHouseSettings,
         "services": ServicesSettings,
         "idle": IdleSettings,
-        "worker": WorkerSettings,
     }
     for field, cls in components.items():
         try:
@@ -586,6 +536,18 @@ def load() -> Settings:
     if problems or settings is None:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
     return settings
+
+
+def read_part(cls: type[PartT]) -> PartT:
+    """One part's settings from the environment (a part's own class, beside its code), every
+    validation problem one line of a ConfigError naming the variable, as ``load`` does."""
+    from pydantic import ValidationError
+
+    try:
+        return cls()
+    except ValidationError as exc:
+        lines = _describe(exc, str(cls.model_config.get("env_prefix", "")))
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
 
 
 def _describe(exc: Any, prefix: str) -> list[str]:

@@ -251,7 +251,8 @@ async def _shards(kafka: KafkaSettings, group: str) -> int:
 def __getattr__(name: str) -> Any:
     # ``faust -A streams.app worker``: the app from the environment, built on first access
     if name == "app":
-        from groundfloor.settings import load
+        from groundfloor.settings import load, read_part
+        from streams.settings import WorkerSettings
 
         global app
         from streams.core import CoreConfig, state_bounds
@@ -259,7 +260,7 @@ def __getattr__(name: str) -> Any:
         settings = load()
         opts = AppOptions(
             partitions=_prepare(settings.kafka, AppOptions().group),
-            config=CoreConfig(**state_bounds(settings.worker)),  # GPUGAP_WORKER_*
+            config=CoreConfig(**state_bounds(read_part(WorkerSettings))),  # GPUGAP_WORKER_*
         )
         app, _ = create_app(settings, opts)
         return app

@@ -111,12 +111,13 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     from groundfloor.plugin import require
-    from groundfloor.settings import load
+    from groundfloor.settings import load, read_part
 
     require("gpugap worker", "worker", ("faust",))
     from schemas.clock import SECOND_MS
     from schemas.errors import ConfigError
     from streams.core import CoreConfig, state_bounds
+    from streams.settings import WorkerSettings
 
     settings = load()
     logging.getLogger("streams").setLevel(settings.log_level)
@@ -132,7 +133,7 @@ def _worker(args: argparse.Namespace) -> int:
         idle=idle_config(settings.idle, args.idle_threshold, args.idle_minutes),
         max_future_ms=round(args.max_future * SECOND_MS),
         max_past_ms=None if args.backfill else round(args.max_past * SECOND_MS),
-        **state_bounds(settings.worker),
+        **state_bounds(read_part(WorkerSettings)),
     )
     web = None
     if args.http:

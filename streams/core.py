@@ -138,7 +138,7 @@ class CoreConfig:
 
 
 def state_bounds(worker: Any) -> dict[str, Any]:
-    """CoreConfig's state bounds from the worker settings (``groundfloor.settings.WorkerSettings``,
+    """CoreConfig's state bounds from the worker settings (``streams.settings.WorkerSettings``,
     ``GPUGAP_WORKER_*``; 0 turns a bound off)."""
     expiry = worker.node_idle_expiry_s
     return {

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from groundfloor.stats import quantile
+from gpugap.stats import quantile
 
 #: --time: this quantile of the completed jobs' elapsed times, plus the margin, rounded up
 TIME_QUANTILE = 0.95

@@ -27,7 +27,7 @@ from gpugap.recommend.base import (
     slurm_target,
     sql_literal,
 )
-from groundfloor.stats import quantile
+from gpugap.stats import quantile
 from schemas.models import (
     Recommendation,
     RecommendationChange,

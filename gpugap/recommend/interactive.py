@@ -20,7 +20,7 @@ from gpugap.recommend.base import (
     said,
     sql_literal,
 )
-from groundfloor.stats import quantile
+from gpugap.stats import quantile
 from schemas.models import (
     Recommendation,
     RecommendationChange,

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpugap.recommend import base, interactive
-from groundfloor.stats import quantile
+from gpugap.stats import quantile
 from schemas.models import RecommendationChange
 
 

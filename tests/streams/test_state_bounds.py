@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from groundfloor.kafka.consume import RawMessage
-from groundfloor.settings import WorkerSettings
 from schemas import encode
 from schemas.models import (
     AllocationEvent,
@@ -38,6 +37,7 @@ from streams.checkpoint import unpack
 from streams.core import EVENTS_KEPT, CoreConfig, state_bounds
 from streams.join import Join
 from streams.process import Processor, Result
+from streams.settings import WorkerSettings
 from tests.streams.helpers import CLUSTER, Null, T, gpu, pod, sample, samples, slurm
 
 MIN = 60_000
