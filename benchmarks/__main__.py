@@ -24,7 +24,8 @@ OWN_OPTIONS = {
     "slurm-hook": "benchmarks.slurm_hook",
     # the Kubernetes producer against a real kube-apiserver + etcd, beside the test server
     "kubernetes-real": "benchmarks.kubernetes_real",
-    # the report's views through the BI drivers (tests/bi/drivers.py) beside clickhouse-connect
+    # the report's views through the BI drivers (tests/harness/bi_drivers.py), beside
+    # clickhouse-connect
     "bi": "benchmarks.bi",
     "web": "benchmarks.web",  # the web page in headless Chromium
     # gpugap backfill prometheus against a real Prometheus: days of history per minute

@@ -3,7 +3,7 @@ days of dcgm-exporter history backfilled per minute, from a real Prometheus.
 
 A 256-GPU estate (32 nodes of 8 GPUs, dcgm-exporter's labels, SM active, GPU_UTIL, memory
 used and free, power) scraped every 30 s is written as OpenMetrics and loaded into a real
-Prometheus (tests/prometheus.py: built once from the Go module proxy, promtool's block
+Prometheus (tests/harness/prometheus.py: built once from the Go module proxy, promtool's block
 import). ``gpugap backfill prometheus`` (``PrometheusTelemetry``) then reads it back: every
 query, answer, node sample and record encoding, with each record encoded as a Kafka
 publisher would (the broker is measured by ``python -m benchmarks kafka``). Printed: wall
@@ -27,7 +27,7 @@ from producers import run_producer
 from producers.backfill.settings import BackfillSettings
 from producers.backfill.telemetry import PrometheusTelemetry
 from schemas import Record, Topic, encode
-from tests.prometheus import Prometheus, ensure_built, load_openmetrics
+from tests.harness.prometheus import Prometheus, ensure_built, load_openmetrics
 
 START = datetime(2026, 9, 1, tzinfo=UTC)
 

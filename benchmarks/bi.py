@@ -1,6 +1,6 @@
 """``python -m benchmarks bi [--rows N] [--repeats N] [--clickhouse URL]``: the report's views
 (benchmarks/warehouse.py's VIEWS) over millions of synthetic GPU-minutes, timed inside each
-client library BI tools embed (the real drivers tests/bi/drivers.py builds), beside
+client library BI tools embed (the real drivers tests/harness/bi_drivers.py builds), beside
 clickhouse-connect (the project's own client) in the same run.
 
 Measured in rounds (``--repeats``, default 5): in each, every driver is started afresh (a
@@ -158,7 +158,7 @@ def _steps(runs: int, since: datetime, *, sql_key: str, params_key: str) -> list
 def clickhouse_go(compression: str) -> Runner:
     def run(settings: ClickHouseSettings, runs: int, since: datetime,
             expected: dict[str, int]) -> dict[str, list[float]]:  # fmt: skip
-        from tests.bi import drivers
+        from tests.harness import bi_drivers as drivers
 
         host, port = _host_port(settings)
         user, pw = _account(settings)
@@ -177,7 +177,7 @@ def clickhouse_go(compression: str) -> Runner:
 def jdbc(version: str) -> Runner:
     def run(settings: ClickHouseSettings, runs: int, since: datetime,
             expected: dict[str, int]) -> dict[str, list[float]]:  # fmt: skip
-        from tests.bi import drivers
+        from tests.harness import bi_drivers as drivers
 
         host, port = _host_port(settings)
         user, pw = _account(settings)
@@ -200,7 +200,7 @@ def jdbc(version: str) -> Runner:
 
 def js_client(settings: ClickHouseSettings, runs: int, since: datetime,
               expected: dict[str, int]) -> dict[str, list[float]]:  # fmt: skip
-    from tests.bi import drivers
+    from tests.harness import bi_drivers as drivers
 
     node = shutil.which("node")
     if not node:
@@ -259,7 +259,7 @@ def measure(settings: ClickHouseSettings, repeats: int, since: datetime,
 def build_drivers() -> dict[str, str]:
     """Build (or find in the cache) every driver first, so no build lands inside a timing;
     returns the drivers that could not be built, with why."""
-    from tests.bi import drivers
+    from tests.harness import bi_drivers as drivers
 
     failed = {}
     builds: dict[str, Callable[[], Any]] = {

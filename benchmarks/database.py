@@ -22,8 +22,8 @@ def bench_database(
     """(settings, a client) of ``database``, new and migrated. ``env``: the embedded
     endpoint's environment (its users), when one is started."""
     from gpugap.services.kafka import free_port
+    from tests.harness.embedded_clickhouse import EmbeddedClickHouse
     from warehouse.client import connect
-    from warehouse.embedded.process import EmbeddedClickHouse
     from warehouse.migrate import migrate
 
     with tempfile.TemporaryDirectory(prefix=f"gpugap-bench-{database}-") as tmp:

@@ -32,7 +32,7 @@ from benchmarks.topics import preload
 from groundfloor.settings import KafkaSettings, ServicesSettings
 from schemas import DeadLetter, GpuMinute, decode
 from schemas.topics import DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
-from tests.capture import Capture, Msg
+from tests.harness.capture import Capture, Msg
 
 INPUTS = (SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name)
 

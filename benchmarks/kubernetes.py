@@ -1,7 +1,8 @@
 """Benchmark of the Kubernetes producer: an initial list of 50,000 pods, then a burst of 10,000
 watch events, through the test API server (in a child process, as a real API server is
 elsewhere: it must not share the producer's GIL) and the real kubernetes client. The load and
-its measure are tests/k8s_load.py (tests/producers/test_kubernetes.py runs it small).
+its measure are tests/harness/k8s_load.py (tests/producers/kubernetes/test_kubernetes.py runs
+it small).
 
     python -m benchmarks.kubernetes [--pods 50000] [--burst 10000] [--repeats 3]
 
@@ -18,7 +19,7 @@ import argparse
 import resource
 import statistics
 
-from tests.k8s_load import measure
+from tests.harness.k8s_load import measure
 
 
 def main(pods: int = 50_000, burst: int = 10_000, repeats: int = 3) -> int:

@@ -10,7 +10,7 @@ HTTP gateway: writing 60,000 pods through the API would measure the API's write 
 producer. The apiserver lists them from etcd into its watch cache on start and serves the
 producer's paginated list from there; the burst reaches the producer through the apiserver's
 watch of etcd and its watch cache, as any controller's changes do. Owners are real objects
-(Deployments, ReplicaSets, Jobs, a PyTorchJob CRD). Binaries: tests/kube_apiserver.py (built
+(Deployments, ReplicaSets, Jobs, a PyTorchJob CRD). Binaries: tests/harness/kube_apiserver.py (built
 once into ~/.cache/gpugap/kube-<version>).
 """
 
@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tests.k8s_load import burst_events, owners, pod, wait_synced
-from tests.k8s_load import measure as measure_test_server
+from tests.harness.k8s_load import burst_events, owners, pod, wait_synced
+from tests.harness.k8s_load import measure as measure_test_server
 
 
 class Etcd:
@@ -95,8 +95,7 @@ def load(etcd: Etcd, items: list[tuple[str, str, str, bytes]], threads: int = 8)
 
 
 def setup(kube: Any, pods: int, burst: int) -> None:
-    from tests.kube_apiserver import ApiError
-    from tests.producers.test_kubernetes_real import crd
+    from tests.harness.kube_apiserver import ApiError, crd
 
     kube.apply(crd("kubeflow.org", "PyTorchJob", "pytorchjobs"))
     time.sleep(2)  # established, served
@@ -144,7 +143,7 @@ def measure_real(pods: int, burst: int, kube: Any, root: Path) -> dict[str, floa
     from groundfloor.kafka.publish import JsonlPublisher
     from producers import run_producer
     from producers.kubernetes.producer import KubernetesProducer
-    from tests.k8s_run import settings_for
+    from tests.harness.k8s_run import settings_for
 
     etcd = Etcd(kube.etcd_port)
     kubeconfig = kube.kubeconfig(root / "kubeconfig")
@@ -164,7 +163,7 @@ def measure_real(pods: int, burst: int, kube: Any, root: Path) -> dict[str, floa
         listed = publisher.sent
         write_s = await asyncio.to_thread(load, etcd, events)
         # the last change's revision: a sentinel pod touched through the API after the burst
-        from tests.producers.test_kubernetes_real import touch_sentinel
+        from tests.harness.kube_apiserver import touch_sentinel
 
         burst_rv = await asyncio.to_thread(touch_sentinel, kube.admin, "team-00")
         await wait_synced(producer, burst_rv, task)
@@ -185,7 +184,7 @@ def measure_real(pods: int, burst: int, kube: Any, root: Path) -> dict[str, floa
 
 
 def run_real(pods: int, burst: int, repeats: int) -> tuple[list[dict[str, float]], dict[str, Any]]:
-    from tests.kube_apiserver import KubeApiServer, build
+    from tests.harness.kube_apiserver import KubeApiServer, build
 
     t = time.perf_counter()
     build()

@@ -1,6 +1,6 @@
 """``python -m benchmarks nvml`` (or ``python -m benchmarks nvml``): the cost of one NVML sampling
 tick
-of an 8-GPU node, with the fake NVML of tests/nvml_fake.py.
+of an 8-GPU node, with the fake NVML of tests/harness/nvml_fake.py.
 
 This measures **our** overhead (the sampler's bookkeeping, error handling, building the
 pydantic records, encoding) plus the fake's trivial Python calls, which are measured on their
@@ -27,7 +27,7 @@ from producers.nvml.sampler import NvmlSampler
 from producers.nvml.settings import NvmlSettings
 from schemas import NodeSample, encode, utc_now
 from schemas.types import SampleSource
-from tests.nvml_fake import FakeNvml
+from tests.harness.nvml_fake import FakeNvml
 
 TARGET_MS = 5.0
 
@@ -40,7 +40,7 @@ from groundfloor.settings import Settings
 from producers.nvml.settings import NvmlSettings
 from producers import run_producer
 from producers.nvml.producer import NvmlProducer
-from tests.nvml_fake import FakeNvml
+from tests.harness.nvml_fake import FakeNvml
 
 class Ticks(NvmlProducer):
     async def poll(self):

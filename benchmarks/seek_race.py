@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from groundfloor.kafka.consume import seek_to_start
-from tests.kafka_cluster import KafkaCluster
+from tests.harness.kafka_cluster import KafkaCluster
 
 RECORDS = 5
 

@@ -17,40 +17,14 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from gpugap.simulator import build
 from gpugap.simulator import scenario as S
 from gpugap.simulator.emit import Emitter, Stats
 from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher, Publisher
 from groundfloor.settings import KafkaSettings
-from schemas import Record, Topic
 from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS
-
-
-class NullPublisher(Publisher):
-    """Takes records and drops them: what generating and encoding alone cost."""
-
-    async def send(self, topic: Topic[Any], record: Record) -> None:
-        self.sent += 1
-
-    async def send_encoded(
-        self, topic: Topic[Any], key: bytes, value: bytes, timestamp_ms: int | None = None
-    ) -> None:
-        self.sent += 1
-
-    async def send_raw(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp_ms: int | None = None,
-        partition: int | None = None,
-    ) -> None:
-        self.sent += 1
-
-    async def flush(self) -> None:
-        pass
+from tests.harness.capture import Capture
 
 
 async def _run(sc: S.Scenario, window: int, publisher: Publisher) -> Stats:
@@ -112,7 +86,7 @@ def bench_simulate(samples: int, repeats: int, kafka: KafkaSettings | None) -> l
     interval = sc.scenario.sample_interval
     nodes = sum(g.count for c in sc.clusters for g in c.node_groups)
     window = max(1, -(-samples // nodes)) * interval
-    first = _measure(sc, window, NullPublisher, repeats)
+    first = _measure(sc, window, lambda: Capture(keep=False), repeats)
     r = first[0]
     lines = [
         f"simulate: scenario scale ({nodes:,} nodes, 10,000 GPUs), {window // 60} min simulated "

@@ -1,6 +1,6 @@
 """``python -m benchmarks slurm-hook``: how long slurmctld waits for the hook, on a throwaway Slurm.
 
-Starts the test Slurm (tests/slurm_cluster.py) and a local Kafka broker, runs ``--jobs``
+Starts the test Slurm (tests/harness/slurm_cluster.py) and a local Kafka broker, runs ``--jobs``
 one-GPU jobs (``--parallel`` at a time: on a 2-core machine, hooks of many jobs at once
 measure the contention, not the hook), and reads each hook run's wall time as the wrapper
 slurmctld calls measured it (interpreter start-up, scontrol, the send to Kafka with acks=all:
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.slurm_cluster import GPUGAP, SlurmCluster
+from tests.harness.slurm_cluster import GPUGAP, SlurmCluster
 
 
 def pct(values: list[float], p: float) -> float:

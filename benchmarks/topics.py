@@ -1,5 +1,5 @@
 """A preload of encoded messages, their event time as Kafka timestamp, into topics kept forever
-(tests/topics.py)."""
+(tests/harness/topics.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from groundfloor.kafka.publish import KafkaPublisher
 from groundfloor.settings import KafkaSettings
 from schemas import TOPICS
-from tests.capture import Msg
-from tests.topics import create_topics
+from tests.harness.capture import Msg
+from tests.harness.topics import create_topics
 
 
 async def preload(kafka: KafkaSettings, messages: Sequence[Msg], partitions: int = 1) -> None:

@@ -44,7 +44,7 @@ def _load_synthetic(settings: ClickHouseSettings, rows: int) -> None:
 
 
 def _load_demo(settings: ClickHouseSettings) -> None:
-    from tests.demo_data import load
+    from tests.harness.demo_data import load
 
     _say("loading the demo's day (simulator -> worker's join -> sink, ~100 s)")
     load(settings)
@@ -53,7 +53,7 @@ def _load_demo(settings: ClickHouseSettings) -> None:
 def browser(exe: str) -> tuple[Any, Any, str]:
     from playwright.sync_api import sync_playwright
 
-    from tests.web.conftest import CHROMIUM_ARGS
+    from tests.harness.chromium import CHROMIUM_ARGS
 
     profile = tempfile.mkdtemp(prefix="gpugap-bench-chromium-")
     pw = sync_playwright().start()
@@ -118,8 +118,8 @@ def screenshot(ctx: Any, url: str, path: Path) -> None:
 def measure(settings: ClickHouseSettings, args: argparse.Namespace, label: str) -> None:
     import requests
 
-    from gpugap.web.server import Background
-    from tests.web.conftest import chromium_path
+    from tests.harness.chromium import chromium_path
+    from tests.harness.web_page import Background
 
     exe = chromium_path()
     if exe is None:

@@ -22,7 +22,7 @@ from schemas.topics import SAMPLES
 from streams.core import ms
 from streams.join import tune_gc
 from streams.process import Processor
-from tests.capture import Capture, Msg
+from tests.harness.capture import Capture, Msg
 
 START = (-120, 600)  # allocations start within this span around the window's start (s)
 

@@ -339,8 +339,8 @@ def bench_latency(
     live part (the soak's minute-by-minute report)."""
     from gpugap.services.kafka import LocalKafka
     from groundfloor.settings import ServicesSettings
-    from tests.topics import create_topics
-    from warehouse.embedded.process import EmbeddedClickHouse
+    from tests.harness.embedded_clickhouse import EmbeddedClickHouse
+    from tests.harness.topics import create_topics
     from warehouse.migrate import migrate
 
     with tempfile.TemporaryDirectory(prefix="gpugap-bench-latency-") as tmp:
@@ -349,7 +349,7 @@ def bench_latency(
         procs: list[subprocess.Popen[bytes]] = []
         am = None
         if alertmanager:
-            from tests.alertmanager import Alertmanager, ensure_built
+            from tests.harness.alertmanager import Alertmanager, ensure_built
 
             # nothing listens at the receiver: routing is not what is measured
             am = Alertmanager(ensure_built(), f"http://127.0.0.1:{free_port()}/", Path(tmp) / "am")

@@ -31,7 +31,7 @@ from groundfloor.kafka.publish import KafkaPublisher
 from groundfloor.settings import KafkaSettings
 from schemas import TOPICS
 from schemas.topics import SAMPLES
-from tests.topics import create_topics
+from tests.harness.topics import create_topics
 
 PARTITIONS = 2
 SETTLE_S = 12.0  # Faust's group join and the rebalance of the second worker

@@ -9,110 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pydantic import SecretStr
 
 from gpugap.services.kafka import LocalKafka, broker_ready
 from groundfloor.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
-from schemas import Record, Topic, decode
 from schemas.errors import GpugapError
-from tests.slurm_cluster import SlurmCluster
+from tests.harness.services import docker_answers, unavailable
+from tests.harness.slurm_cluster import SlurmCluster
+from tests.harness.warehouse import CLICKHOUSE_PASSWORD, READER_PASSWORD, DemoWarehouse
 
 if TYPE_CHECKING:
-    from tests.kafka_tls import TlsBroker
-    from tests.kube_apiserver import KubeApiServer
-
-CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-M = TypeVar("M", bound=Record)
-
-
-def run_gpugap(
-    args: list[str], env: dict[str, str], timeout: float = 180
-) -> subprocess.CompletedProcess[str]:
-    """``gpugap ARGS`` as a user runs it (a child process with ``env``); it must exit 0."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gpugap", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
-@dataclass(frozen=True)
-class WorkerRun:
-    """What ``gpugap worker`` said on stopping: records read, records written per output
-    topic, dead letters per kind (its last stderr line), and the whole stderr."""
-
-    messages: int
-    counts: dict[str, int]
-    dead: dict[str, int]
-    stderr: str
-
-
-def run_worker(
-    kafka: KafkaSettings,
-    *args: str,
-    env: dict[str, str] | None = None,
-    idle_timeout_s: float = 3.0,
-    timeout: float = 600,
-) -> WorkerRun:
-    """``gpugap worker`` as a site runs it, in a child process, until it has been idle for
-    ``idle_timeout_s`` after flushing (events of any age: ``--backfill``)."""
-    env = env or {
-        **os.environ,
-        "GPUGAP_KAFKA_BOOTSTRAP": kafka.bootstrap,
-        "GPUGAP_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
-        "GPUGAP_LOG_LEVEL": "WARNING",
-    }
-    flags = ["--http", "", "--idle-flush", "1", "--idle-timeout", str(idle_timeout_s)]
-    done = run_gpugap(["worker", *flags, "--backfill", *args], env, timeout=timeout)
-    summary = re.search(
-        r"worker: ([\d,]+) messages .*? -> (.*); dead letters \{(.*)\}", done.stderr
-    )
-    assert summary is not None, done.stderr[-3000:]
-    counts = re.findall(r"([\w.-]+): ([\d,]+)", summary[2])
-    return WorkerRun(
-        messages=int(summary[1].replace(",", "")),
-        counts={k: int(v.replace(",", "")) for k, v in counts},
-        dead={k: int(v) for k, v in re.findall(r"'(\w+)': (\d+)", summary[3])},
-        stderr=done.stderr,
-    )
-
-
-def unavailable(what: str) -> None:
-    if CI:
-        pytest.fail(f"{what} (CI=true: a service the tests need must start)")
-    pytest.skip(what)
-
-
-def docker_answers() -> bool:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=3)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:
-        return False
+    from tests.harness.kafka_tls import TlsBroker
+    from tests.harness.kube_apiserver import KubeApiServer
 
 
 @pytest.fixture(scope="session")
@@ -153,10 +71,10 @@ def kafka(kafka_bootstrap: str) -> Iterator[KafkaSettings]:
 
 @pytest.fixture(scope="session")
 def kafka_tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    """A local broker with a mutual-TLS listener and the test PKI (tests/kafka_tls.py). Always
+    """A local broker with a mutual-TLS listener and the test PKI (harness/kafka_tls.py). Always
     the local one (the listener and its certificates are the test's own); a broker that
     cannot start fails the tests that need it, in CI or not."""
-    from tests.kafka_tls import start_tls_broker
+    from tests.harness.kafka_tls import start_tls_broker
 
     try:
         broker = start_tls_broker(tmp_path_factory.mktemp("kafka-tls"))
@@ -177,51 +95,6 @@ def kafka_tls(kafka_tls_broker: TlsBroker) -> Iterator[KafkaSettings]:
     asyncio.run(_delete_topics(kafka_tls_broker.plain_bootstrap, prefix))
 
 
-async def create_topics(settings: KafkaSettings, names: list[str], partitions: int = 1) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(**settings.client_options())
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [NewTopic(settings.topic_prefix + n, partitions, 1) for n in names]
-        )
-    finally:
-        await admin.close()
-
-
-async def read_topic(
-    kafka: KafkaSettings, topic: Topic[M], expected: int, settle_s: float = 0.0
-) -> list[M]:
-    """Every record of one of the test's topics from the start: at least ``expected`` of them
-    (and whatever else arrives within ``settle_s`` after, to catch extras)."""
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(
-        topic.qualified(kafka.topic_prefix),
-        **kafka.client_options(),
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        # a topic a producer just auto-created may answer "leader not available" on the
-        # first metadata request; the default refresh (5 min) would outlast the timeout
-        metadata_max_age_ms=2000,
-    )
-    await consumer.start()
-    out: list[M] = []
-    try:
-        async with asyncio.timeout(60 + settle_s):
-            while len(out) < expected:
-                for msgs in (await consumer.getmany(timeout_ms=500)).values():
-                    out += [decode(topic, m.value) for m in msgs]
-            if settle_s:
-                await asyncio.sleep(settle_s)
-                for msgs in (await consumer.getmany(timeout_ms=500)).values():
-                    out += [decode(topic, m.value) for m in msgs]
-    finally:
-        await consumer.stop()
-    return out
-
-
 async def _delete_topics(bootstrap: str, prefix: str) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -236,9 +109,6 @@ async def _delete_topics(bootstrap: str, prefix: str) -> None:
 
 
 # --- ClickHouse ------------------------------------------------------------------------------
-
-CLICKHOUSE_PASSWORD = "test-password-1"
-READER_PASSWORD = "reader-password-1"
 
 
 @pytest.fixture(scope="session")
@@ -266,7 +136,7 @@ def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clic
             )
         return
     from gpugap.services.kafka import free_port
-    from warehouse.embedded.process import EmbeddedClickHouse
+    from tests.harness.embedded_clickhouse import EmbeddedClickHouse
 
     root = tmp_path_factory.mktemp("clickhouse")
     server = EmbeddedClickHouse(
@@ -288,7 +158,7 @@ def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clic
 
 
 def _clickhouse_answers(settings: ClickHouseSettings) -> bool:
-    from warehouse.embedded.process import answers
+    from tests.harness.embedded_clickhouse import answers
 
     return answers(settings.url)
 
@@ -338,7 +208,7 @@ def no_leaks() -> Iterator[None]:
     assert not extra_children, f"test left child processes running: {sorted(extra_children)}"
 
 
-# --- a real Slurm (tests/slurm_cluster.py), for the tests marked ``slurm``: installed
+# --- a real Slurm (tests/harness/slurm_cluster.py), for the tests marked ``slurm``: installed
 # (apt-get, only when missing), started once per session, stopped by PID at the end
 
 
@@ -362,23 +232,10 @@ def slurm() -> Iterator[SlurmCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-# the demo's day (tests/demo_data.py, ~100 s), loaded once for the tests that read it
-@dataclass
-class DemoWarehouse:
-    settings: ClickHouseSettings  # the admin's, on the demo's database
-    admin: Any  # a clickhouse-connect client
-    loaded: dict[str, Any]  # tests/demo_data.load's counts and timings
-
-    def one(self, sql: str, **params: Any) -> Any:
-        return self.admin.query(sql, parameters=params).result_rows[0][0]
-
-    def rows(self, sql: str, **params: Any) -> list[Any]:
-        return list(self.admin.query(sql, parameters=params).result_rows)
-
-
+# the demo's day (tests/harness/demo_data.py, ~100 s), loaded once for the tests that read it
 @pytest.fixture(scope="session")
 def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWarehouse]:
-    from tests.demo_data import load
+    from tests.harness.demo_data import load
     from warehouse.client import connect
     from warehouse.migrate import migrate
 
@@ -398,7 +255,7 @@ def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWareho
         admin.close()
 
 
-# --- a real kube-apiserver + etcd (tests/kube_apiserver.py), for tests/producers and tests/deploy
+# --- a real kube-apiserver + etcd (harness/kube_apiserver.py), for tests/producers and tests/deploy
 
 
 @pytest.fixture(scope="session")
@@ -407,7 +264,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
     and a token of the producer's ServiceAccount (``kube.kubeconfig(path)``); the test's own
     requests go through ``kube.admin`` (system:masters). The first session builds the binaries
     (minutes); a build or start that fails fails the tests under CI=true."""
-    from tests.kube_apiserver import ApiError, KubeApiServer, KubeUnavailable, build
+    from tests.harness.kube_apiserver import ApiError, KubeApiServer, KubeUnavailable, build
 
     try:
         build()

@@ -210,7 +210,7 @@ def make_app(settings: ClickHouseSettings, host: str = "127.0.0.1") -> web.Appli
     return app
 
 
-async def _serve(app: web.Application, host: str, port: int, stop: asyncio.Event,
+async def serve_until(app: web.Application, host: str, port: int, stop: asyncio.Event,
                  started: Callable[[int], None]) -> None:  # fmt: skip
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
@@ -241,46 +241,6 @@ def serve(settings: ClickHouseSettings, host: str = "127.0.0.1", port: int = DEF
         def started(p: int) -> None:
             print(f"capacity-gap page: {url_for(host, p)}", flush=True)
 
-        await _serve(make_app(settings, host), host, port, stop, started)
+        await serve_until(make_app(settings, host), host, port, stop, started)
 
     asyncio.run(main())
-
-
-class Background:
-    """The page served from a thread of its own (tests, benchmarks): ``.url``, ``.stop()``."""
-
-    def __init__(self, settings: ClickHouseSettings, host: str = "127.0.0.1", port: int = 0):
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self.port = port
-        self.error: BaseException | None = None
-
-        async def main() -> None:
-            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-
-            def started(p: int) -> None:
-                self.port = p
-                self._ready.set()
-
-            await _serve(make_app(settings, host), host, port, self._stop, started)
-
-        def run() -> None:
-            try:
-                asyncio.run(main())
-            except BaseException as exc:
-                self.error = exc
-                self._ready.set()
-
-        self.url = ""
-        self._thread = threading.Thread(target=run, name="gpugap-web", daemon=True)
-        self._thread.start()
-        self._ready.wait(30)
-        if self.error is not None:
-            raise self.error
-        self.url = url_for(host, self.port)
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=30)

@@ -1,5 +1,5 @@
 """History for the backfill tests: series written as OpenMetrics (loaded into a real
-Prometheus with promtool's block import, tests/prometheus.py), and what the backfill
+Prometheus with promtool's block import, tests/harness/prometheus.py), and what the backfill
 published, read back from its JSON lines."""
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 from schemas import TOPICS, Record, decode
-from tests.prometheus import Prometheus, PrometheusBuildError, ensure_built, load_openmetrics
+from tests.harness.prometheus import (
+    Prometheus,
+    PrometheusBuildError,
+    ensure_built,
+    load_openmetrics,
+)
 
 Labels = tuple[tuple[str, str], ...]
 

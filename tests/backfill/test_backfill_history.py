@@ -37,9 +37,9 @@ from producers.base import run_producer
 from schemas import TOPICS, NodeSample, SlurmJobEvent
 from tests.backfill.estate import dcgm_series, ksm_series, sacct_dump
 from tests.backfill.history import Series, prometheus_with, read_jsonl
-from tests.conftest import run_worker
+from tests.harness.commands import run_worker
+from tests.harness.topics import create_topics
 from tests.streams.test_end_to_end import store, utc
-from tests.topics import create_topics
 from warehouse.client import connect
 from warehouse.migrate import migrate
 

@@ -1,4 +1,4 @@
-"""``gpugap backfill prometheus`` against a REAL Prometheus (tests/prometheus.py) holding the
+"""``gpugap backfill prometheus`` against a REAL Prometheus (harness/prometheus.py) holding the
 recorded dcgm-exporter scrapes (tests/fixtures/dcgm/: 8x A100, MIG, pod labels in both
 styles, hpc_job) as history: every scrape at every instant backfills into exactly the node
 sample the live scraper makes of the same scrape. Chunked, in parallel, resumable."""
@@ -27,7 +27,7 @@ from producers.backfill.telemetry import PrometheusTelemetry
 from producers.dcgm.parse import parse_scrape
 from schemas import NodeSample
 from tests.backfill.history import Series, prometheus_with, read_jsonl
-from tests.prometheus import Prometheus
+from tests.harness.prometheus import Prometheus
 
 pytestmark = pytest.mark.timeout(1800)  # the first test may build Prometheus (about 8 min)
 

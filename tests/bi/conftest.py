@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 import pytest
 
 from groundfloor.settings import ClickHouseSettings
-from tests.bi import drivers
-from tests.conftest import READER_PASSWORD
+from tests.harness import bi_drivers as drivers
+from tests.harness.warehouse import READER_PASSWORD
 
 # a table with the types BI tools trip over, and two rows of it
 TYPES_DDL = """

@@ -2,7 +2,7 @@
 with docker-compose.yml, and every panel's SQL, expanded as Grafana and its ClickHouse plugin
 expand it (tests/bi/grafana.py: interval and template variables; tests/bi/go/macros.go: the
 $__ macros), runs through clickhouse-go v2.47.0 opened as the plugin opens it (HTTP, gzip), as
-the read-only user, on the demo's warehouse (tests/demo_data.py), and returns rows."""
+the read-only user, on the demo's warehouse (tests/harness/demo_data.py), and returns rows."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import yaml  # type: ignore[import-untyped]
 from groundfloor.settings import ClickHouseSettings
 from tests.bi import drivers, grafana
 from tests.bi.conftest import built, run_json
-from tests.conftest import READER_PASSWORD, DemoWarehouse
+from tests.harness.warehouse import READER_PASSWORD, DemoWarehouse
 
 pytestmark = pytest.mark.timeout(900)
 

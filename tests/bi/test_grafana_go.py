@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.bi import drivers
 from tests.bi.conftest import T_FROM, T_TO, TYPES, Account, Warehouse, built, ok, refused, run_json
+from tests.harness import bi_drivers as drivers
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.bi import drivers
 from tests.bi.conftest import Account, Warehouse, built, ok, refused, run_json
+from tests.harness import bi_drivers as drivers
 
 pytestmark = pytest.mark.timeout(300)
 SCRIPT = Path(__file__).parent / "js" / "bicheck.cjs"

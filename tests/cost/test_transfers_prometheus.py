@@ -1,5 +1,5 @@
 """The node-interface source of boundary transfers against a REAL Prometheus (built once into
-~/.cache/gpugap, tests/prometheus.py) holding recorded-like node_exporter counters, loaded as
+~/.cache/gpugap, harness/prometheus.py) holding recorded-like node_exporter counters, loaded as
 history with ``promtool tsdb create-blocks-from openmetrics``: two nodes with an uplink
 (``bond0``, the boundary) and a local interface, a node outside the link, a counter reset
 between two steps. Every expected figure is the counters' increase worked out by hand."""
@@ -28,7 +28,12 @@ from schemas.models import Transfer
 from sinks.clickhouse.sink import ClickHouseSink
 from tests.cost.estate import CARD, T0
 from tests.cost.test_cost_views import query
-from tests.prometheus import Prometheus, PrometheusBuildError, ensure_built, load_openmetrics
+from tests.harness.prometheus import (
+    Prometheus,
+    PrometheusBuildError,
+    ensure_built,
+    load_openmetrics,
+)
 
 pytestmark = pytest.mark.timeout(1800)  # the first test may build Prometheus (about 8 min)
 

@@ -3,7 +3,7 @@ and with everything on (tests/deploy/values-all.yaml), assertions on the rendere
 every rendered object applied with server-side dry-run to a real kube-apiserver, with the real
 CRDs of the Prometheus Operator and Strimzi installed (tests/fixtures/crds/README.md).
 
-The helm binary is built once from the Go module proxy (tests/helm.py); a build that fails
+The helm binary is built once from the Go module proxy (tests/harness/helm.py); a build that fails
 fails these tests. The apiserver is the session's (tests/conftest.py ``kube``).
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helm import ensure_built, run_helm
+from tests.harness.helm import ensure_built, run_helm
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "gpugap"
@@ -415,7 +415,7 @@ def test_monitoring_objects(rendered: dict[str, list[dict[str, Any]]]) -> None:
 def cluster(kube: Any) -> Iterator[Any]:
     """The session's kube-apiserver (tests/conftest.py), with the vendored CRDs installed for
     real and the namespaces and Secrets that values-all.yaml names created."""
-    from tests.kube_apiserver import ApiError
+    from tests.harness.kube_apiserver import ApiError
 
     server = kube
     for path in sorted(CRDS.glob("*.yaml")):
@@ -470,7 +470,7 @@ def _resources(server: Any) -> dict[tuple[str, str], tuple[str, bool]]:
 
 def dry_run_apply(server: Any, objs: list[dict[str, Any]]) -> list[str]:
     """Server-side apply of each object with dryRun=All; the server's message for each refusal."""
-    from tests.kube_apiserver import ApiError
+    from tests.harness.kube_apiserver import ApiError
 
     resources = _resources(server)
     problems = []

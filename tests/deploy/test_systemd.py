@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import unavailable
+from tests.harness.services import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = sorted((ROOT / "deploy").rglob("*.service"))

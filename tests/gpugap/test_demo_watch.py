@@ -6,7 +6,7 @@ import asyncio
 
 from gpugap.demo_watch import Watch, against_truth
 from groundfloor.settings import KafkaSettings
-from tests.conftest import create_topics
+from tests.harness.topics import create_topics
 
 
 async def _produce_and_commit(

@@ -27,7 +27,8 @@ from schemas.topics import ALERTS, ALLOCATIONS, DEAD_LETTER, MINUTES, SAMPLES
 from sinks.base import BatchingSink
 from sinks.clickhouse.sink import ClickHouseSink
 from streams.join import INPUTS as WORKER_INPUTS
-from tests.conftest import run_worker, unavailable
+from tests.harness.commands import run_worker
+from tests.harness.services import unavailable
 
 pytestmark = pytest.mark.kafka
 

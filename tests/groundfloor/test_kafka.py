@@ -15,7 +15,7 @@ from groundfloor.settings import KafkaSettings
 from schemas import DeadLetter, NodeSample, Record, encode
 from schemas.examples import node_samples
 from schemas.topics import DEAD_LETTER, SAMPLES
-from tests.conftest import create_topics, read_topic
+from tests.harness.topics import create_topics, read_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -2,7 +2,7 @@
 aiokafka client and the Faust app get it, and a bad file is a clear configuration error.
 
 The broker tests run against a real broker whose SSL listener requires a client certificate
-(tests/kafka_tls.py): a client that did not get the context, or got a wrong one, cannot talk
+(tests/harness/kafka_tls.py): a client that did not get the context, or got a wrong one, cannot talk
 to it at all.
 """
 
@@ -27,8 +27,9 @@ from schemas import TOPICS, Record
 from schemas.errors import ConfigError, RetriableError
 from schemas.examples import node_samples
 from schemas.topics import MINUTES, SAMPLES
-from tests.conftest import create_topics, read_topic, run_gpugap
-from tests.kafka_tls import Pki, TlsBroker, make_pki
+from tests.harness.commands import run_gpugap
+from tests.harness.kafka_tls import Pki, TlsBroker, make_pki
+from tests.harness.topics import create_topics, read_topic
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +228,7 @@ def test_workers_run_over_mutual_tls(kafka_tls: KafkaSettings, kafka_tls_broker:
     without the TLS context could not connect at all."""
     from gpugap.simulator.simulator import Simulator
     from producers.base import run_producer
-    from tests.topics import create_topics as create_worker_topics
+    from tests.harness.topics import create_topics as create_worker_topics
 
     async def feed() -> None:
         await create_worker_topics(kafka_tls, list(TOPICS))

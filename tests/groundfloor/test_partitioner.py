@@ -25,7 +25,7 @@ import pytest
 from groundfloor.kafka.publish import KafkaPublisher
 from groundfloor.settings import KafkaSettings, ServicesSettings
 from producers.slurm import wire
-from tests.conftest import create_topics
+from tests.harness.topics import create_topics
 
 pytestmark = pytest.mark.kafka
 

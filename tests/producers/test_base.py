@@ -23,7 +23,7 @@ from schemas import NodeSample, Record, Topic, decode
 from schemas.errors import ConfigError
 from schemas.examples import node_samples
 from schemas.topics import SAMPLES
-from tests.conftest import create_topics
+from tests.harness.topics import create_topics
 
 
 class Ticker(Producer):

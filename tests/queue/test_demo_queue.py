@@ -1,5 +1,5 @@
 """The demo day's queue: every Slurm partition shows its wait, and the padding the scenario
-gives its batch jobs is replayed (the demo's warehouse, tests/demo_data.py)."""
+gives its batch jobs is replayed (the demo's warehouse, tests/harness/demo_data.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, timedelta
 
 from gpugap.queue.report import build_queue, render_table
 from gpugap.simulator import S
-from tests.conftest import DemoWarehouse
+from tests.harness.warehouse import DemoWarehouse
 
 
 def test_the_demo_partitions_show_wait_and_the_paddings_queue_cost(

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gpugap.queue.backfill import Partition, QueuedJob, replay
-from tests.slurm_cluster import SlurmCluster
+from tests.harness.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

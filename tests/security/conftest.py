@@ -28,7 +28,7 @@ import requests
 
 from gpugap.services.kafka import free_port
 from schemas.errors import GpugapError
-from warehouse.embedded.process import EmbeddedClickHouse
+from tests.harness.embedded_clickhouse import EmbeddedClickHouse
 
 ADMIN_PASSWORD = "sec-admin-pw-5d0c9e71"
 READER_PASSWORD = "sec-reader-pw-a71f4238"

@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.chromium import CHROMIUM_ARGS, chromium_path
-from tests.conftest import unavailable
+from tests.harness.chromium import CHROMIUM_ARGS, chromium_path
+from tests.harness.services import unavailable
 from tests.security.conftest import Endpoint, describe, poll, running, unique
 
 PAGE = """<!doctype html><html><body><div id="out">nothing read</div>

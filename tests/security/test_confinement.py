@@ -24,6 +24,7 @@ import pytest
 import requests
 
 from gpugap.services.kafka import free_port
+from tests.harness.embedded_clickhouse import EmbeddedClickHouse
 from tests.security.conftest import (
     ADMIN,
     ADMIN_PASSWORD,
@@ -35,7 +36,6 @@ from tests.security.conftest import (
     minimal_env,
 )
 from warehouse.embedded.confine import landlock_abi
-from warehouse.embedded.process import EmbeddedClickHouse
 
 HOSTNAME = socket.gethostname()
 UNGUARDED = [sys.executable, "-m", "tests.security.unguarded"]

@@ -31,6 +31,7 @@ from pydantic import SecretStr
 
 from gpugap.services.kafka import free_port
 from groundfloor.settings import ClickHouseSettings
+from tests.harness.embedded_clickhouse import answers
 from tests.security.conftest import (
     ADMIN,
     ADMIN_PASSWORD,
@@ -57,7 +58,6 @@ from tests.security.conftest import (
     upload,
 )
 from warehouse.client import connect
-from warehouse.embedded.process import answers
 
 # --- read-only means read-only ------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Fixtures of the alert-target tests: a real Prometheus Alertmanager (built once into
-~/.cache/gpugap, see tests/alertmanager.py), one per test, and the webhook receiver it
+~/.cache/gpugap, see tests/harness/alertmanager.py), one per test, and the webhook receiver it
 notifies."""
 
 from __future__ import annotations
@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.alertmanager import Alertmanager, AlertmanagerBuildError, WebhookReceiver, ensure_built
+from tests.harness.alertmanager import (
+    Alertmanager,
+    AlertmanagerBuildError,
+    WebhookReceiver,
+    ensure_built,
+)
 
 
 @pytest.fixture(scope="session")

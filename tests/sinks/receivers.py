@@ -33,7 +33,7 @@ from schemas import Alert, AlertDelivery, DeadLetter, decode
 from schemas.examples import gpu_uuid, one_of_each
 from schemas.topics import ALERTS, DEAD_LETTER, DELIVERIES
 from sinks.alerting import AlertTarget
-from tests.conftest import read_topic
+from tests.harness.topics import read_topic
 
 # --- alerts -----------------------------------------------------------------------------------
 

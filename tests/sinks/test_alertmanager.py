@@ -1,4 +1,4 @@
-"""The Alertmanager target against a real Alertmanager v0.35.0 (tests/alertmanager.py) and the
+"""The Alertmanager target against a real Alertmanager v0.35.0 (harness/alertmanager.py) and the
 real broker: open, update and resolve as Alertmanager shows them and as its webhook receiver
 is notified; an HA set with a dead member; refusals; a restarted target re-sending what is
 active; an Alertmanager that is down for a while."""
@@ -30,8 +30,8 @@ from schemas.types import AlertKind, AlertState, DeliveryOutcome, WorkloadClass,
 from sinks.alerting import Refused
 from sinks.alertmanager.settings import AlertmanagerSettings
 from sinks.alertmanager.target import AlertmanagerTarget
-from tests.alertmanager import Alertmanager, WebhookReceiver
-from tests.conftest import read_topic
+from tests.harness.alertmanager import Alertmanager, WebhookReceiver
+from tests.harness.topics import read_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -24,9 +24,9 @@ from schemas import TOPICS, DeadLetter
 from schemas.examples import gpu_uuid, one_of_each
 from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
 from sinks.clickhouse.sink import ClickHouseSink
-from tests.conftest import create_topics, read_topic
+from tests.harness.embedded_clickhouse import EmbeddedClickHouse
+from tests.harness.topics import create_topics, read_topic
 from warehouse.client import connect
-from warehouse.embedded.process import EmbeddedClickHouse
 from warehouse.migrate import migrate
 from warehouse.rows import minute_ms
 

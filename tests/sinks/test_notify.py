@@ -23,7 +23,7 @@ from schemas.examples import one_of_each
 from schemas.models import IdlePolicy
 from schemas.topics import ALERTS, DELIVERIES
 from schemas.types import AlertState, DeliveryOutcome, WorkloadClass
-from tests.conftest import read_topic
+from tests.harness.topics import read_topic
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]

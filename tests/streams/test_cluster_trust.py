@@ -4,7 +4,7 @@ which cluster each topic speaks for. A record that claims another cluster is a d
 (kind ``untrusted``) and counts nowhere; without the setting nothing changes.
 
 The broker test runs on a broker that authenticates (SASL/SCRAM) and authorizes every request
-(tests/kafka_sasl.py), with the ACLs ``deploy/kafka-acls/kafka-acls.sh`` ships, and the
+(tests/harness/kafka_sasl.py), with the ACLs ``deploy/kafka-acls/kafka-acls.sh`` ships, and the
 worker logged in as its own principal with only those rights.
 """
 
@@ -40,7 +40,7 @@ from schemas.topics import (
 )
 from schemas.types import ActivityMetric, DeadLetterKind, SampleSource
 from streams.join import Join, check_copartitioned
-from tests.conftest import run_gpugap
+from tests.harness.commands import run_gpugap
 from tests.streams.helpers import Recording, gpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -416,7 +416,7 @@ def test_the_script_refuses_cluster_names_whose_topics_would_overlap() -> None:
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Always the local broker (its users and authorizer are the test's own); one that cannot
     start fails the tests, in CI or not."""
-    from tests.kafka_sasl import start_sasl_broker
+    from tests.harness.kafka_sasl import start_sasl_broker
 
     started = time.monotonic()
     try:

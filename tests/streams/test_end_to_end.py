@@ -26,10 +26,10 @@ from groundfloor.settings import ClickHouseSettings, KafkaSettings, Settings
 from producers.base import run_producer
 from schemas import TOPICS
 from sinks.clickhouse.sink import ClickHouseSink
-from tests.conftest import run_worker
+from tests.harness.commands import run_worker
 
 # one partition each, kept forever: the simulator stamps records weeks ago (168 h retention)
-from tests.topics import create_topics
+from tests.harness.topics import create_topics
 from warehouse.client import connect
 
 pytestmark = pytest.mark.kafka

@@ -20,7 +20,7 @@ from streams import window as W
 from streams.core import NodeCore, Output
 from streams.join import Join
 from streams.process import Processor
-from tests.capture import Capture
+from tests.harness.capture import Capture
 from tests.streams.helpers import Null
 
 

@@ -1,4 +1,4 @@
-"""The pipeline on a 3-broker Kafka cluster (tests/kafka_cluster.py) through broker faults.
+"""The pipeline on a 3-broker Kafka cluster (tests/harness/kafka_cluster.py) through broker faults.
 
 The demo scenario's first 75 minutes are published at 22x (about 205 s) by ``gpugap simulate``
 while ``gpugap worker`` and ``gpugap sink clickhouse`` run, each a process of its own as a
@@ -38,8 +38,8 @@ from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import TOPICS
 from schemas.topics import MINUTES, SAMPLES
 from sinks.clickhouse.sink import ClickHouseSink
-from tests.conftest import unavailable
-from tests.kafka_cluster import KafkaCluster
+from tests.harness.kafka_cluster import KafkaCluster
+from tests.harness.services import unavailable
 from tests.streams.test_end_to_end import processed, verify
 from warehouse.client import connect
 
@@ -73,7 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 
 async def create_replicated_topics(kafka: KafkaSettings, names: list[str]) -> None:
-    """Like tests/topics.py's ``create_topics`` (one partition each, kept forever), with
+    """Like tests/harness/topics.py's ``create_topics`` (one partition each, kept forever), with
     every replica: replication factor 3."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 

@@ -23,8 +23,8 @@ from gpugap.services.kafka import free_port
 from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import TOPICS
 from schemas.topics import MINUTES
+from tests.harness.topics import create_topics
 from tests.streams.test_end_to_end import env_for, processed, store, verify
-from tests.topics import create_topics
 
 pytestmark = pytest.mark.kafka
 

@@ -38,8 +38,8 @@ from streams.detect_idle import IdleConfig
 from streams.join import Join, partition_for
 from streams.process import Processor
 from streams.rows import minute_rows, placeholder_uuid
-from tests.capture import Capture
-from tests.conftest import run_gpugap
+from tests.harness.capture import Capture
+from tests.harness.commands import run_gpugap
 from tests.streams.helpers import CLUSTER, NODE, T, pod, sample, samples
 
 Item = NodeSample | AllocationEvent
@@ -381,7 +381,7 @@ def test_the_worker_tells_the_pods_apart(kafka: Any) -> None:
     from groundfloor.kafka.consume import read_topic
     from groundfloor.kafka.publish import KafkaPublisher
     from schemas import TOPICS
-    from tests.topics import create_topics
+    from tests.harness.topics import create_topics
 
     async def publish() -> None:
         await create_topics(kafka, list(TOPICS))  # kept forever: the records are in the past

@@ -289,8 +289,8 @@ def undelivered(kafka: KafkaSettings, dropped: int | None) -> tuple[WorkerRuntim
     from schemas import encode
     from streams.app import _shards
     from streams.core import CoreConfig
+    from tests.harness.topics import create_topics
     from tests.streams.helpers import samples
-    from tests.topics import create_topics
 
     asyncio.run(create_topics(kafka, [SAMPLES.name]))
     topic = SAMPLES.qualified(kafka.topic_prefix)

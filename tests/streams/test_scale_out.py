@@ -17,8 +17,8 @@ from gpugap.services.kafka import free_port
 from groundfloor.settings import ClickHouseSettings, KafkaSettings
 from schemas import TOPICS
 from streams.join import partition_for
+from tests.harness.topics import create_topics
 from tests.streams.test_end_to_end import GPUGAP, env_for, processed, store, verify
-from tests.topics import create_topics
 from warehouse.client import connect
 
 pytestmark = pytest.mark.kafka

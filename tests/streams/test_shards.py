@@ -27,8 +27,8 @@ from streams.checkpoint import keep_restored, start_offset
 from streams.core import CoreConfig
 from streams.join import Join, partition_for
 from streams.process import Processor
-from tests.capture import Capture, Msg
-from tests.demo_data import simulate
+from tests.harness.capture import Capture, Msg
+from tests.harness.demo_data import simulate
 from tests.streams.helpers import T, slurm
 from tests.streams.test_idle import CFG as IDLE
 from tests.streams.test_idle import by_minute

@@ -1,4 +1,4 @@
-"""The page's tests share one warehouse (the demo's day, tests/demo_data.py, ~100 s), one
+"""The page's tests share one warehouse (the demo's day, tests/harness/demo_data.py, ~100 s), one
 page server over it (as the read-only user) and one headless Chromium (Debian's, driven by
 Playwright; never a browser Playwright downloads). A missing browser or driver fails the
 tests under CI=true and skips them elsewhere, like every other service."""
@@ -15,14 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests.chromium import CHROMIUM_ARGS, chromium_path
-from tests.conftest import DemoWarehouse, unavailable
+from tests.harness.chromium import CHROMIUM_ARGS, chromium_path
+from tests.harness.services import unavailable
+from tests.harness.warehouse import DemoWarehouse
 
 
 @pytest.fixture(scope="session")
 def page_url(demo_warehouse: DemoWarehouse) -> Iterator[str]:
     """The page over the demo's warehouse, served from a thread (as ``gpugap web`` does)."""
-    from gpugap.web.server import Background
+    from tests.harness.web_page import Background
 
     server = Background(demo_warehouse.settings)
     try:

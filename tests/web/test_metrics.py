@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpugap.web import metrics
 from gpugap.web.queries import Query
 from schemas.errors import RetriableError
-from tests.prometheus import Prometheus, PrometheusBuildError, ensure_built
+from tests.harness.prometheus import Prometheus, PrometheusBuildError, ensure_built
 from tests.web.conftest import DemoWarehouse
 
 T = TypeVar("T")

@@ -27,9 +27,9 @@ from pydantic import SecretStr
 
 from gpugap.services.kafka import free_port
 from groundfloor.settings import ClickHouseSettings
-from tests.conftest import READER_PASSWORD
+from tests.harness.embedded_clickhouse import EmbeddedClickHouse
+from tests.harness.warehouse import READER_PASSWORD
 from warehouse.client import client_options, connect
-from warehouse.embedded.process import EmbeddedClickHouse
 
 COLUMNS = (
     "lc LowCardinality(String), s String, dt DateTime('UTC'), dt64 DateTime64(3, 'UTC'), "

@@ -22,7 +22,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from pydantic import SecretStr
 
 from groundfloor.settings import ClickHouseSettings
-from tests.conftest import READER_PASSWORD
+from tests.harness.warehouse import READER_PASSWORD
 from warehouse.client import connect
 
 USERS = ("default", "reader")
