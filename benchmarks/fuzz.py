@@ -38,10 +38,11 @@ INPUTS = (SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name)
 
 
 def scenario() -> list[Msg]:
-    from gpugap.simulator import S, build
+    from gpugap.simulator import build
+    from gpugap.simulator import scenario as scenarios
     from gpugap.simulator.emit import Emitter
 
-    sc = S.load("small")
+    sc = scenarios.load("small")
     cap = Capture()
     asyncio.run(Emitter(sc, build(sc), sc.scenario.duration).run(cap))
     return cap.messages

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from gpugap.simulator import build
-from gpugap.simulator import scenario as S
+from gpugap.simulator import build, scenario
 from gpugap.simulator.emit import Emitter, Stats
 from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher, Publisher
 from groundfloor.settings import KafkaSettings
@@ -27,14 +26,14 @@ from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS
 from tests.harness.capture import Capture
 
 
-async def _run(sc: S.Scenario, window: int, publisher: Publisher) -> Stats:
+async def _run(sc: scenario.Scenario, window: int, publisher: Publisher) -> Stats:
     plan = build(sc, window)
     async with publisher:
         return await Emitter(sc, plan, window).run(publisher)
 
 
 def _measure(
-    sc: S.Scenario, window: int, make: Callable[[], Publisher], repeats: int
+    sc: scenario.Scenario, window: int, make: Callable[[], Publisher], repeats: int
 ) -> list[Stats]:
     return [asyncio.run(_run(sc, window, make())) for _ in range(repeats)]
 
@@ -82,7 +81,7 @@ def _compression(data: bytes, repeats: int) -> list[str]:
 
 def bench_simulate(samples: int, repeats: int, kafka: KafkaSettings | None) -> list[str]:
     """``kafka``: the broker to publish to (None: no Kafka row)."""
-    sc = S.load("scale")
+    sc = scenario.load("scale")
     interval = sc.scenario.sample_interval
     nodes = sum(g.count for c in sc.clusters for g in c.node_groups)
     window = max(1, -(-samples // nodes)) * interval

@@ -30,10 +30,10 @@ START = (-120, 600)  # allocations start within this span around the window's st
 def estate(samples: int) -> tuple[list[Msg], str]:
     """The ``scale`` scenario with 8 GPUs on every node, long enough for ``samples`` node
     samples: the messages in publishing order, and a line saying what they are."""
-    from gpugap.simulator import S, build
+    from gpugap.simulator import build, scenario
     from gpugap.simulator.emit import Emitter
 
-    sc = S.load("scale")
+    sc = scenario.load("scale")
     # every allocation starts around the window's start: the shipped estate runs jobs since
     # hours (inference replicas since days) before it, and the first minutes would emit
     # that history for every GPU (allocated, no samples) instead of the steady state

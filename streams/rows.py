@@ -19,7 +19,7 @@ from schemas.clock import MINUTE_MS, SECOND_MS, at
 from schemas.fast import trusted
 from schemas.models import GpuMinute, IdlePolicy
 from schemas.types import ActivityMetric, Scheduler, WorkloadClass
-from streams import window as W
+from streams import window
 from streams.state import AllocState, NodeState, Span
 
 #: enum members by value (the state holds values)
@@ -124,14 +124,14 @@ def minute_rows(
     minute = at(m0)
     for g in sorted(gpus):
         parent, share = slices.get(g) or (None, 1.0)
-        eff = W.effective_in(s["samples"].get(g, ()), m0, m1)
+        eff = window.effective_in(s["samples"].get(g, ()), m0, m1)
         mine = spans.get(g, ())
         for (aid, lo, hi), part in zip(mine, shared(mine), strict=True):
-            u = W.usage([(lo, hi)], eff)
+            u = window.usage([(lo, hi)], eff)
             consumed: float = u.consumed
             held_ms: float = hi - lo
             if part is not None:  # held with others: each its share of each moment
-                consumed = sum(W.usage([(b, e)], eff).consumed / k for b, e, k in part)
+                consumed = sum(window.usage([(b, e)], eff).consumed / k for b, e, k in part)
                 held_ms = sum((e - b) / k for b, e, k in part)
             a = s["allocs"][aid]
             rows.append(
@@ -149,10 +149,10 @@ def minute_rows(
                 )
             )
         if g in known:
-            free = W.complement([(lo, hi) for _, lo, hi in mine], max(m0, known[g]), m1)
+            free = window.complement([(lo, hi) for _, lo, hi in mine], max(m0, known[g]), m1)
             if free:
                 free_ms = sum(e - b for b, e in free)
-                u = W.usage(free, eff)
+                u = window.usage(free, eff)
                 rows.append(
                     row(
                         s,
@@ -212,7 +212,7 @@ def unsliced_rows(s: NodeState, m0: int, minute: datetime) -> list[GpuMinute]:
                 s,
                 parent,
                 minute,
-                W.Usage(),
+                window.Usage(),
                 span_ms=m1 - since,
                 share=rest,
                 consumed_ms=0.0,
@@ -229,7 +229,7 @@ def row(
     s: NodeState,
     g: str,
     minute: datetime,
-    u: W.Usage,
+    u: window.Usage,
     *,
     span_ms: int,
     share: float,

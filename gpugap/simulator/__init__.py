@@ -10,8 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from gpugap.simulator import gang, kube, patterns
-from gpugap.simulator import scenario as S
+from gpugap.simulator import gang, kube, patterns, scenario
 from gpugap.simulator.estate import build as build_estate
 from gpugap.simulator.plan import Placer, Plan
 
@@ -29,7 +28,7 @@ _PATTERNS: dict[str, Callable[..., None]] = {
 }
 
 
-def build(sc: S.Scenario, window: int | None = None) -> Plan:
+def build(sc: scenario.Scenario, window: int | None = None) -> Plan:
     """The plan for ``sc`` observed over ``window`` seconds (default: the scenario's duration)."""
     seed = sc.scenario.seed
     estate = build_estate(sc)

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpugap.simulator import scenario as S
+from gpugap.simulator import scenario
 from gpugap.simulator.activity import NOISE, NOISE_MASK
 from gpugap.simulator.estate import Node
 from gpugap.simulator.events import encoded, scheduler_events
@@ -73,7 +73,7 @@ class Emitter:
     #: yield to the event loop every so many samples (the Kafka client's tasks need it)
     YIELD_EVERY = 256
 
-    def __init__(self, sc: S.Scenario, plan: Plan, window: int) -> None:
+    def __init__(self, sc: scenario.Scenario, plan: Plan, window: int) -> None:
         self.sc = sc
         self.plan = plan
         self.window = window

@@ -5,14 +5,14 @@ from __future__ import annotations
 import random
 
 from gpugap.simulator import activity as act
-from gpugap.simulator import scenario as S
+from gpugap.simulator import scenario
 from gpugap.simulator.estate import Device, Node
 from gpugap.simulator.kube import finish, hold_pod, new_pod
 from gpugap.simulator.patterns import Ctx, arrivals, memory
 from gpugap.simulator.plan import INF, Allocation, Gang, Pod, Request
 
 
-def k8s_gang(ctx: Ctx, rng: random.Random, cluster: str, w: S.K8sGang) -> None:
+def k8s_gang(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.K8sGang) -> None:
     """PyTorchJob-style gangs the default scheduler places piecemeal: all pods but one bind,
     start, and wait idle at the first barrier while the last stays Pending; after a while the
     last one binds (and they train) or the owner deletes the job."""
@@ -43,7 +43,7 @@ class _GangPlan:
         self,
         ctx: Ctx,
         r: random.Random,
-        w: S.K8sGang,
+        w: scenario.K8sGang,
         *,
         gang: Gang,
         pods: list[Pod],

@@ -6,7 +6,7 @@ import random
 import uuid
 
 from gpugap.simulator import activity as act
-from gpugap.simulator import scenario as S
+from gpugap.simulator import scenario
 from gpugap.simulator.estate import Device
 from gpugap.simulator.patterns import APPS, Ctx, arrivals, attribution, memory, suffix
 from gpugap.simulator.plan import INF, Allocation, Holding, Pod, Request
@@ -73,7 +73,7 @@ def finish(alloc: Allocation, end: int, programs: list[act.Program]) -> None:
         h.device.free_at = end
 
 
-def k8s_inference(ctx: Ctx, rng: random.Random, cluster: str, w: S.K8sInference) -> None:
+def k8s_inference(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.K8sInference) -> None:
     """Deployments sized for peak: every replica holds its GPU all day, demand follows the
     clock (running since days before the window; they do not end in it)."""
     pool = ctx.pool(cluster, w.group)
@@ -134,7 +134,7 @@ def k8s_inference(ctx: Ctx, rng: random.Random, cluster: str, w: S.K8sInference)
             ctx.placer.submit(Request(t + 7 * r, pool, [w.gpus], realize))
 
 
-def k8s_notebook(ctx: Ctx, rng: random.Random, cluster: str, w: S.K8sNotebook) -> None:
+def k8s_notebook(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.K8sNotebook) -> None:
     """Notebooks hold a GPU (or a MIG slice) for hours and compute for minutes; the user
     stops them by deleting the pod."""
     pool = ctx.pool(cluster, w.group, mig=w.mig)
@@ -190,7 +190,7 @@ def k8s_notebook(ctx: Ctx, rng: random.Random, cluster: str, w: S.K8sNotebook) -
         ctx.placer.submit(Request(t, pool, [1], realize))
 
 
-def k8s_job(ctx: Ctx, rng: random.Random, cluster: str, w: S.K8sJob) -> None:
+def k8s_job(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.K8sJob) -> None:
     """Batch Jobs: run, succeed or fail, and are garbage-collected after a TTL."""
     pool = ctx.pool(cluster, w.group)
     for i, t in enumerate(arrivals(ctx, rng, w)):
@@ -243,7 +243,7 @@ def k8s_job(ctx: Ctx, rng: random.Random, cluster: str, w: S.K8sJob) -> None:
         ctx.placer.submit(Request(t, pool, [gpus], realize))
 
 
-def k8s_sweep(ctx: Ctx, rng: random.Random, cluster: str, w: S.K8sSweep) -> None:
+def k8s_sweep(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.K8sSweep) -> None:
     """Hyperparameter sweeps: trial Jobs, ``parallel`` at a time, some stopped early."""
     pool = ctx.pool(cluster, w.group)
     for i, t in enumerate(arrivals(ctx, rng, w)):
@@ -303,7 +303,7 @@ def k8s_sweep(ctx: Ctx, rng: random.Random, cluster: str, w: S.K8sSweep) -> None
             launch(t)
 
 
-def unattributed(ctx: Ctx, rng: random.Random, cluster: str, w: S.Unattributed) -> None:
+def unattributed(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.Unattributed) -> None:
     """Something using a GPU that no allocation holds (outside the scheduler, or an event we
     never saw): only ever on spare nodes, so it never overlaps an allocation."""
     pool = ctx.pool(cluster, w.group, spare=True)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpugap.simulator import activity as act
-from gpugap.simulator import scenario as S
+from gpugap.simulator import scenario
 from gpugap.simulator.estate import Device, Estate, Node
 from gpugap.simulator.plan import Allocation, Holding, Placer, Plan, Pod, Request, SlurmJob
 
@@ -18,7 +18,7 @@ APPS = ["llm-chat", "embed", "rerank", "asr", "vision-api", "summarize", "code-a
 
 @dataclass
 class Ctx:
-    sc: S.Scenario
+    sc: scenario.Scenario
     estate: Estate
     plan: Plan
     placer: Placer
@@ -59,7 +59,7 @@ class Ctx:
 
 
 def arrivals(
-    ctx: Ctx, rng: random.Random, w: S.Workload, default: tuple[int, int] | None = None
+    ctx: Ctx, rng: random.Random, w: scenario.Workload, default: tuple[int, int] | None = None
 ) -> list[int]:
     """When each instance wants to start (relative seconds), earliest first."""
     lo, hi = w.start_within or default or (0, ctx.sc.scenario.duration)
@@ -84,7 +84,9 @@ def suffix(rng: random.Random, n: int = 5) -> str:
 # --- Slurm ---------------------------------------------------------------------------------
 
 
-def outcome(rng: random.Random, w: S.Padded, planned: int) -> tuple[str, int, int, int | None]:
+def outcome(
+    rng: random.Random, w: scenario.Padded, planned: int
+) -> tuple[str, int, int, int | None]:
     """(state, elapsed, time limit, exit code): limits are padded, some jobs fail early."""
     states = sorted(w.states)
     state = rng.choices(states, [w.states[s] for s in states])[0]
@@ -105,7 +107,7 @@ Programs = Callable[[int, int, list[list[Device]]], list[list[act.Program]]]
 def slurm_job(
     ctx: Ctx,
     rng: random.Random,
-    w: S.Padded,
+    w: scenario.Padded,
     *,
     cluster: str,
     arrive: int,
@@ -172,7 +174,7 @@ def node_size(pool: list[Node]) -> int:
     return max(len(n.devices) for n in pool) if pool else 1
 
 
-def slurm_training(ctx: Ctx, rng: random.Random, cluster: str, w: S.SlurmTraining) -> None:
+def slurm_training(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.SlurmTraining) -> None:
     pool = ctx.pool(cluster, w.group)
     per = w.gpus_per_node or node_size(pool)
     for i, t in enumerate(arrivals(ctx, rng, w)):
@@ -209,7 +211,7 @@ def slurm_training(ctx: Ctx, rng: random.Random, cluster: str, w: S.SlurmTrainin
         )
 
 
-def slurm_batch(ctx: Ctx, rng: random.Random, cluster: str, w: S.SlurmBatch) -> None:
+def slurm_batch(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.SlurmBatch) -> None:
     pool = ctx.pool(cluster, w.group)
     for i, t in enumerate(arrivals(ctx, rng, w)):
         gpus = rng.choice(w.gpus)
@@ -242,7 +244,9 @@ def slurm_batch(ctx: Ctx, rng: random.Random, cluster: str, w: S.SlurmBatch) -> 
         )
 
 
-def slurm_interactive(ctx: Ctx, rng: random.Random, cluster: str, w: S.SlurmInteractive) -> None:
+def slurm_interactive(
+    ctx: Ctx, rng: random.Random, cluster: str, w: scenario.SlurmInteractive
+) -> None:
     pool = ctx.pool(cluster, w.group)
     for t in arrivals(ctx, rng, w):
         jrng = random.Random(rng.random())
@@ -268,7 +272,7 @@ def slurm_interactive(ctx: Ctx, rng: random.Random, cluster: str, w: S.SlurmInte
         )
 
 
-def slurm_array(ctx: Ctx, rng: random.Random, cluster: str, w: S.SlurmArray) -> None:
+def slurm_array(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.SlurmArray) -> None:
     pool = ctx.pool(cluster, w.group)
     for i, t in enumerate(arrivals(ctx, rng, w)):
         shared: list[int] = []

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpugap.simulator import build
-from gpugap.simulator import scenario as S
+from gpugap.simulator import scenario as scenarios
 from gpugap.simulator.emit import Emitter, Stats
 from gpugap.simulator.truth import compute
 from groundfloor.settings import Settings
@@ -67,7 +67,7 @@ class Simulator(Producer):
     def __init__(
         self,
         settings: Settings,
-        scenario: str | Path | S.Scenario = "small",
+        scenario: str | Path | scenarios.Scenario = "small",
         *,
         seed: int | None = None,
         duration: int | None = None,
@@ -75,7 +75,7 @@ class Simulator(Producer):
         truth: Path | None = None,
     ) -> None:
         super().__init__(settings)
-        sc = scenario if isinstance(scenario, S.Scenario) else S.load(scenario)
+        sc = scenario if isinstance(scenario, scenarios.Scenario) else scenarios.load(scenario)
         if seed is not None:
             sc = sc.model_copy(update={"scenario": sc.scenario.model_copy(update={"seed": seed})})
         self.scenario = sc

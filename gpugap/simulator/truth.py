@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from gpugap.simulator import scenario as S
+from gpugap.simulator import scenario
 from gpugap.simulator.activity import milli, value
 from gpugap.simulator.estate import Device
 from gpugap.simulator.plan import INF, Allocation, Holding, Plan
@@ -102,7 +102,7 @@ def integrate(h: Holding, window: int, minutes: list[int] | None = None, m0: int
     return total
 
 
-def compute(sc: S.Scenario, plan: Plan, window: int) -> dict[str, Any]:
+def compute(sc: scenario.Scenario, plan: Plan, window: int) -> dict[str, Any]:
     meta = sc.scenario
     origin = meta.start
     threshold = milli(meta.idle_threshold) * 60  # thousandths x seconds in one minute

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from producers.kubernetes import bounds as b
-from producers.kubernetes import resources as r
+from producers.kubernetes import bounds, resources
 from schemas import DeadLetter, K8sPodEvent, utc_now
 from schemas.types import (
     MAX_GPUS_PER_NODE,
@@ -67,16 +66,16 @@ class Enrichment:
             len(self.owner_kind or ""), len(self.owner_name or ""), len(self.owner or ""),
             len(self.team or ""), len(self.gang_id or ""),
         )  # fmt: skip
-        if longest <= b.SHORTEST and b.gang_size(self.gang_size) == self.gang_size:
+        if longest <= bounds.SHORTEST and bounds.gang_size(self.gang_size) == self.gang_size:
             return self  # nearly every pod: no copy
         return dataclasses.replace(
             self,
-            owner_kind=b.fit("owner_kind", self.owner_kind),
-            owner_name=b.fit("owner_name", self.owner_name),
-            owner=b.fit("owner", self.owner),
-            team=b.fit("team", self.team),
-            gang_id=b.fit("gang_id", self.gang_id),
-            gang_size=b.gang_size(self.gang_size),
+            owner_kind=bounds.fit("owner_kind", self.owner_kind),
+            owner_name=bounds.fit("owner_name", self.owner_name),
+            owner=bounds.fit("owner", self.owner),
+            team=bounds.fit("team", self.team),
+            gang_id=bounds.fit("gang_id", self.gang_id),
+            gang_size=bounds.gang_size(self.gang_size),
         )
 
 
@@ -114,7 +113,7 @@ class Tracker:
     def __init__(
         self,
         cluster: str,
-        rule: r.GpuRule,
+        rule: resources.GpuRule,
         enrich: Enricher,
         now: Callable[[], datetime] = utc_now,
     ) -> None:
@@ -140,10 +139,10 @@ class Tracker:
         uid: object = None,
     ) -> None:
         """Dead-letter what could not be read or published; the watch goes on."""
-        kind, reason = b.why(exc)
-        log.warning("%s: dead-lettered (%s): %s", what, kind.value, b.clip(reason, 300))
+        kind, reason = bounds.why(exc)
+        log.warning("%s: dead-lettered (%s): %s", what, kind.value, bounds.clip(reason, 300))
         self.rejected += 1
-        dead = b.dead_letter(self.cluster, what, kind, reason, pod=pod, raw=raw, uid=uid)
+        dead = bounds.dead_letter(self.cluster, what, kind, reason, pod=pod, raw=raw, uid=uid)
         self._dead.append(dead)
 
     # --- restart ledger -------------------------------------------------------------------
@@ -187,8 +186,8 @@ class Tracker:
                     return []  # not a GPU pod: never tracked
             return self._advance(st, pod, deleted=kind == "DELETED")
         except Exception as exc:  # this pod's object only: every other pod goes on
-            ns, name = b.clip(meta.get("namespace")), b.clip(meta.get("name"))
-            self.reject(f"pod {ns}/{name} (uid {b.clip(uid)})", exc, pod=pod, uid=uid)
+            ns, name = bounds.clip(meta.get("namespace")), bounds.clip(meta.get("name"))
+            self.reject(f"pod {ns}/{name} (uid {bounds.clip(uid)})", exc, pod=pod, uid=uid)
             if st is None:  # refused on sight: remembered, so that its changes say nothing
                 st = self.pods[uid] = PodState(uid, "", "", 0, None)
             st.emitted = emitted  # nothing of this version was emitted, so none of it is marked
@@ -198,16 +197,16 @@ class Tracker:
             return []
 
     def _track(self, uid: str, meta: Mapping[str, Any], pod: Mapping[str, Any]) -> PodState | None:
-        gpus, resource = r.gpu_summary(self.rule.pod_gpus(pod.get("spec") or {}))
+        gpus, resource = resources.gpu_summary(self.rule.pod_gpus(pod.get("spec") or {}))
         if not gpus:
             return None
         if gpus > MAX_GPUS_PER_NODE:  # a pod runs on one node: not a number to truncate
-            raise b.Rejected(
+            raise bounds.Rejected(
                 f"{gpus} GPUs requested, more than one node has ({MAX_GPUS_PER_NODE}, "
                 "schemas.types.MAX_GPUS_PER_NODE)"
             )
         ns = meta.get("namespace", "")
-        st = PodState(uid, ns, meta["name"], gpus, b.fit("gpu_resource", resource))
+        st = PodState(uid, ns, meta["name"], gpus, bounds.fit("gpu_resource", resource))
         self.pods[uid] = st
         return st
 
@@ -217,23 +216,23 @@ class Tracker:
         st.node = spec.get("nodeName") or st.node
         st.phase = PHASES.get(status.get("phase", ""), PodPhase.UNKNOWN)
         st.resource_version = meta.get("resourceVersion")
-        st.created = st.created or r.parse_time(meta.get("creationTimestamp"))
-        st.deletion_requested = r.deletion_requested(pod) or st.deletion_requested
+        st.created = st.created or resources.parse_time(meta.get("creationTimestamp"))
+        st.deletion_requested = resources.deletion_requested(pod) or st.deletion_requested
         out: list[K8sPodEvent] = []
         if st.node is not None:
             if not st.has(PodEventKind.BOUND):
-                out.append(self._event(st, PodEventKind.BOUND, r.bound_time(pod), pod))
-            if not st.has(PodEventKind.RUNNING) and r.has_run(pod):
-                out.append(self._event(st, PodEventKind.RUNNING, r.started_time(pod), pod))
+                out.append(self._event(st, PodEventKind.BOUND, resources.bound_time(pod), pod))
+            if not st.has(PodEventKind.RUNNING) and resources.has_run(pod):
+                out.append(self._event(st, PodEventKind.RUNNING, resources.started_time(pod), pod))
             terminal = st.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED)
             if not st.has(PodEventKind.TERMINATED) and terminal:
-                st.reason, st.ended = r.termination(pod)
+                st.reason, st.ended = resources.termination(pod)
                 out.append(self._event(st, PodEventKind.TERMINATED, st.ended, pod))
         if deleted:
             self.pods.pop(st.uid, None)
             if st.has(PodEventKind.BOUND):
                 if st.reason is None:
-                    st.reason = r.disruption_reason(pod) or TerminationReason.DELETED
+                    st.reason = resources.disruption_reason(pod) or TerminationReason.DELETED
                 out.append(self._event(st, PodEventKind.DELETED, self._deleted_at(st), pod))
         return out
 

@@ -10,8 +10,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from producers.slurm import event as E
-from producers.slurm import show, spool, wire
+from producers.slurm import event, show, spool, wire
 from producers.slurm.parse import ParseError, jobcomp_env
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hook's start-up)
@@ -148,14 +147,14 @@ if TYPE_CHECKING:
 
 
 def _job_envelope(ev: dict[str, Any]) -> Envelope:
-    ts = E.iso_ms(ev["time"])
-    return spool.envelope(E.TOPIC, E.key_of(ev), ev, ts)
+    ts = event.iso_ms(ev["time"])
+    return spool.envelope(event.TOPIC, event.key_of(ev), ev, ts)
 
 
 def _dead_envelope(raw: bytes, reason: str, consumer: str) -> Envelope:
     now = time.time()
-    dl = E.dead_letter(raw, reason, consumer, now)
-    return spool.envelope(E.DEAD_LETTER_TOPIC, E.TOPIC, dl, int(now * 1000))
+    dl = event.dead_letter(raw, reason, consumer, now)
+    return spool.envelope(event.DEAD_LETTER_TOPIC, event.TOPIC, dl, int(now * 1000))
 
 
 def on_prolog(cfg: HookConfig, env: Mapping[str, str], deadline: float) -> list[Envelope]:
@@ -171,7 +170,7 @@ def on_prolog(cfg: HookConfig, env: Mapping[str, str], deadline: float) -> list[
         text = text or getattr(exc, "text", "")
         raw = text.encode("utf-8", "surrogateescape")  # the bytes scontrol printed
         return [_dead_envelope(raw, f"job {job}: {exc}", "slurm-hook:scontrol")]
-    ev = E.job_event(info, "start", cluster_of(cfg, env, None), "hook")
+    ev = event.job_event(info, "start", cluster_of(cfg, env, None), "hook")
     spool.save_start(cfg.spool_dir, info.raw_id, ev)
     return [_job_envelope(ev)]
 
@@ -210,18 +209,20 @@ def on_end(cfg: HookConfig, env: Mapping[str, str], epilog: bool) -> tuple[list[
     if epilog:
         info.run = show.restart_count(hook_env) or 0  # the saved start's run wins (below)
     start = spool.load_start(cfg.spool_dir, info.raw_id)
-    if start is not None and info.end and E.iso_ms(start["start_time"]) > info.end * 1000:
+    if start is not None and info.end and event.iso_ms(start["start_time"]) > info.end * 1000:
         # a later run's start (this run's end came late): its run, less one, is this one's
         info.run = max(0, int(start.get("run") or 0) - 1)
         start = None
     if start is not None:
         info.merge_start(start)
         if epilog:  # what the epilog does not know, the start event does
-            info.start = E.iso_ms(start["start_time"]) // 1000
-            info.submit = E.iso_ms(start["submit_time"]) // 1000 if "submit_time" in start else None
+            info.start = event.iso_ms(start["start_time"]) // 1000
+            info.submit = (
+                event.iso_ms(start["submit_time"]) // 1000 if "submit_time" in start else None
+            )
             info.qos, info.batch = start.get("qos"), not start.get("interactive", False)
     cluster = cluster_of(cfg, env, start)
-    return [_job_envelope(E.job_event(info, "end", cluster, "hook"))], info.raw_id
+    return [_job_envelope(event.job_event(info, "end", cluster, "hook"))], info.raw_id
 
 
 def deliver(
@@ -250,7 +251,7 @@ def deliver(
             (
                 cfg.topic_prefix + e["topic"],
                 e["key"].encode(),
-                E.encode(e["value"]),
+                event.encode(e["value"]),
                 int(e["timestamp_ms"]),
             )
             for e in [*envelopes, *backlog]

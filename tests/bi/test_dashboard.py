@@ -201,10 +201,10 @@ def demo(demo_warehouse: DemoWarehouse) -> Demo:
     """The session's demo warehouse (tests/conftest.py), which the panels only read."""
     from urllib.parse import urlparse
 
-    from gpugap.simulator import S
+    from gpugap.simulator import scenario
 
     settings = demo_warehouse.settings
-    sc = S.load("demo").scenario
+    sc = scenario.load("demo").scenario
     start = sc.start.astimezone(UTC)
     url = urlparse(settings.url)
     return Demo(settings, f"{url.hostname}:{url.port or 8123}", start,

@@ -41,10 +41,11 @@ BATCH = 20_000  # records per sink write (the sink's own batches are of this ord
 
 def simulate(scenario: str = "demo") -> list[Msg]:
     """What ``gpugap simulate --scenario NAME`` publishes, in publishing order."""
-    from gpugap.simulator import S, build
+    from gpugap.simulator import build
+    from gpugap.simulator import scenario as scenarios
     from gpugap.simulator.emit import Emitter
 
-    sc = S.load(scenario)
+    sc = scenarios.load(scenario)
     window = sc.scenario.duration
     cap = Capture()
     asyncio.run(Emitter(sc, build(sc, window), window).run(cap))

@@ -16,7 +16,7 @@ import pytest
 
 from gpugap.cli import main
 from gpugap.simulator import build
-from gpugap.simulator import scenario as S
+from gpugap.simulator import scenario as scenarios
 from gpugap.simulator.simulator import Simulator
 from gpugap.simulator.truth import compute
 from gpugap.simulator.wire import gpu_json
@@ -262,7 +262,7 @@ def test_fast_encoder_is_byte_identical_to_the_codec(demo6: tuple[Path, dict[str
             checked += 1
     assert checked > 5000
     # and every value the encoder can produce, on every kind of device
-    plan = build(S.load("demo"), 600)
+    plan = build(scenarios.load("demo"), 600)
     kinds = {(d.metric, d.is_mig): d for d in plan.estate.devices()}
     holding = next(h for d in plan.estate.devices() for h in d.timeline if h.attribution)
     for d in kinds.values():
@@ -295,7 +295,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path: Path) -> None:
 
 
 def test_a_shorter_window_is_a_prefix_of_the_plan() -> None:
-    sc = S.load("demo")
+    sc = scenarios.load("demo")
     day, morning = compute(sc, build(sc), 86400), compute(sc, build(sc, 3 * 3600), 3 * 3600)
     starts = {a["id"]: a["start"] for a in day["allocations"]}
     assert all(starts[a["id"]] == a["start"] for a in morning["allocations"])
@@ -303,7 +303,7 @@ def test_a_shorter_window_is_a_prefix_of_the_plan() -> None:
 
 @pytest.fixture(scope="module")
 def demo_day() -> dict[str, Any]:
-    sc = S.load("demo")
+    sc = scenarios.load("demo")
     return compute(sc, build(sc), sc.scenario.duration)
 
 
@@ -388,12 +388,12 @@ def test_speed_paces_event_time_against_the_wall(tmp_path: Path) -> None:
     ],
 )
 def test_bad_scenarios_name_the_key(tmp_path: Path, patch: tuple[str, str], message: str) -> None:
-    text = (Path(S.__file__).parent / "scenarios" / "small.toml").read_text()
+    text = (Path(scenarios.__file__).parent / "scenarios" / "small.toml").read_text()
     assert patch[0] in text
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace(patch[0], patch[1], 1))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        S.load(bad)
+        scenarios.load(bad)
 
 
 def test_unknown_scenario_and_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -403,13 +403,13 @@ def test_unknown_scenario_and_yaml(tmp_path: Path, capsys: pytest.CaptureFixture
 
     import yaml
 
-    data = tomllib.loads((Path(S.__file__).parent / "scenarios" / "small.toml").read_text())
+    data = tomllib.loads((Path(scenarios.__file__).parent / "scenarios" / "small.toml").read_text())
     (tmp_path / "small.yaml").write_text(yaml.safe_dump(data))
-    assert S.load(tmp_path / "small.yaml") == S.load("small")
+    assert scenarios.load(tmp_path / "small.yaml") == scenarios.load("small")
 
 
 def test_scale_is_ten_thousand_gpus() -> None:
-    plan = build(S.load("scale"), 600)
+    plan = build(scenarios.load("scale"), 600)
     gpus = {d.parent_uuid or d.uuid for d in plan.estate.devices()}
     assert len(gpus) == 10_000
     assert by_name("gpu.samples.v1") is SAMPLES

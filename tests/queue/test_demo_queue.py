@@ -6,14 +6,14 @@ from __future__ import annotations
 from datetime import UTC, timedelta
 
 from gpugap.queue.report import build_queue, render_table
-from gpugap.simulator import S
+from gpugap.simulator import scenario
 from tests.harness.warehouse import DemoWarehouse
 
 
 def test_the_demo_partitions_show_wait_and_the_paddings_queue_cost(
     demo_warehouse: DemoWarehouse,
 ) -> None:
-    sc = S.load("demo").scenario
+    sc = scenario.load("demo").scenario
     start = sc.start.astimezone(UTC)
     q = build_queue(demo_warehouse.admin, start, start + timedelta(seconds=sc.duration))
     print(render_table(q))

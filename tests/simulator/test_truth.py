@@ -7,8 +7,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from gpugap.simulator import build
-from gpugap.simulator import scenario as S
+from gpugap.simulator import build, scenario
 from gpugap.simulator.activity import Program, constant
 from gpugap.simulator.estate import Device
 from gpugap.simulator.estate import build as build_estate
@@ -73,7 +72,7 @@ def hold(plan: Plan, n: int, d: Device, span: tuple[int, int], program: Program)
 
 
 def truth() -> dict[str, Any]:
-    sc = S.parse(SCENARIO)
+    sc = scenario.parse(SCENARIO)
     estate = build_estate(sc)
     for node in estate.nodes:  # samples at 10 s, 20 s, ...: slot edges on whole minutes
         node.offset = 0
@@ -170,7 +169,7 @@ def test_shares_are_exact_weights_over_one_denominator() -> None:
 
 
 def test_the_small_scenario_counts_slices_by_share() -> None:
-    sc = S.load("small")
+    sc = scenario.load("small")
     plan = build(sc)
     t = compute(sc, plan, HOUR)
     devices = plan.estate.devices()

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from gpugap.simulator import S, build
+from gpugap.simulator import build, scenario
 from gpugap.simulator.emit import Emitter
 from groundfloor.kafka.consume import RawMessage
 from schemas import GpuMinute, Record, by_name, decode, encode
 from schemas.errors import InvalidRecord
-from streams import window as W
+from streams import window
 from streams.core import NodeCore, Output
 from streams.join import Join
 from streams.process import Processor
@@ -26,7 +26,7 @@ from tests.streams.helpers import Null
 
 @pytest.fixture(scope="module")
 def records() -> list[Record]:
-    sc = S.load("small")  # late, duplicated and malformed records included
+    sc = scenario.load("small")  # late, duplicated and malformed records included
     cap = Capture()
     asyncio.run(Emitter(sc, build(sc), sc.scenario.duration).run(cap))
     out = []
@@ -76,10 +76,10 @@ def test_reusing_the_alert_pass_rows_changes_nothing(
     assert run(records, Processor()) == cached
 
 
-def effective(samples: list[W.Sample]) -> list[tuple[int, int, W.Sample]]:
+def effective(samples: list[window.Sample]) -> list[tuple[int, int, window.Sample]]:
     """The whole buffer's intervals, overlaps trimmed: the plain reading that
-    ``W.effective_in`` must agree with on any window."""
-    out: list[tuple[int, int, W.Sample]] = []
+    ``window.effective_in`` must agree with on any window."""
+    out: list[tuple[int, int, window.Sample]] = []
     prev: int | None = None
     for s in samples:
         t, dt = int(s[0] or 0), int(s[1] or 0)
@@ -100,9 +100,9 @@ def test_windowed_sample_reads_match_the_whole_buffer() -> None:
         lo = rng.randint(-10_000, t + 10_000)
         hi = lo + rng.choice([1, 60_000])
         whole = [e for e in effective(buf) if min(e[1], hi) > max(e[0], lo)]
-        got = W.effective_in(buf, lo, hi)
+        got = window.effective_in(buf, lo, hi)
         assert [e for e in got if min(e[1], hi) > max(e[0], lo)] == whole
-        assert W.usage([(lo, hi)], got) == W.usage([(lo, hi)], effective(buf))
+        assert window.usage([(lo, hi)], got) == window.usage([(lo, hi)], effective(buf))
 
 
 def test_snapshots_of_changed_nodes_restore_every_node(records: list[Record]) -> None:

@@ -31,7 +31,7 @@ from schemas.types import (
     PodPhase,
     SampleSource,
 )
-from streams import process as P
+from streams import process
 from streams.allocate import GangTracker
 from streams.checkpoint import unpack
 from streams.core import EVENTS_KEPT, CoreConfig, state_bounds
@@ -138,11 +138,11 @@ def test_an_open_idle_episode_or_a_minute_still_open_keeps_a_node() -> None:
     proc = Processor(CFG)
     run(proc, samples("10:00:10", "10:02:00", {0: 0.5}))
     s = proc.cores[N1].state
-    assert kept(s, P.last_input(s) or 0) == "open"  # its minutes are not closed yet
-    s["closed_ms"] = P.last_input(s) + MIN  # type: ignore[operator]
-    assert kept(s, P.last_input(s) or 0) is None
+    assert kept(s, process.last_input(s) or 0) == "open"  # its minutes are not closed yet
+    s["closed_ms"] = process.last_input(s) + MIN  # type: ignore[operator]
+    assert kept(s, process.last_input(s) or 0) is None
     s["idle"]["episodes"] = {"x": {}}  # type: ignore[typeddict-item]
-    assert kept(s, P.last_input(s) or 0) == "open"
+    assert kept(s, process.last_input(s) or 0) == "open"
 
 
 def test_a_node_back_after_its_expiry_starts_afresh_with_the_right_minutes() -> None:
@@ -425,12 +425,12 @@ def test_advancing_in_parts_is_advance() -> None:
 
     a, b = quiet(), quiet()
     whole = a.advance(merge=False)
-    old = P.ROWS_PER_PART
-    P.ROWS_PER_PART = 7
+    old = process.ROWS_PER_PART
+    process.ROWS_PER_PART = 7
     try:
         parts = list(b.advancing())
     finally:
-        P.ROWS_PER_PART = old
+        process.ROWS_PER_PART = old
     assert len(parts) > 3
     assert [m for p in parts for m in p.minutes] == whole.minutes and whole.minutes
     assert a.state == b.state

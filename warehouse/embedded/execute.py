@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from groundfloor import sqllex as q
+from groundfloor import sqllex
 from warehouse.embedded import allowed, body, native, policy
 from warehouse.embedded.connection import Connection, Insert, Outcome, literal, unliteral
 from warehouse.embedded.engine import Engine
@@ -103,13 +103,13 @@ class Execution:
     async def _route(self) -> Result:
         call, conn = self.call, self._conn
         assert conn is not None
-        split = q.insert_statement(call.url_query) if call.url_query else None
+        split = sqllex.insert_statement(call.url_query) if call.url_query else None
         if split is not None:  # statement in the URL, data in the body
             return await self._insert(split[0], split[1], b"", call.stream)
         first = await body.head(call.stream, self.limits.max_query_bytes + 1)
         raw = f"{call.url_query}\n".encode() + first if call.url_query and first else first
         raw = raw or call.url_query.encode()
-        inline = q.split_insert(raw)
+        inline = sqllex.split_insert(raw)
         if inline is not None:  # 'INSERT ... FORMAT X' or 'VALUES', then the data
             return await self._insert(inline.statement, inline.fmt, inline.data, call.stream)
         text = raw.decode(errors="replace")
@@ -136,11 +136,11 @@ class Execution:
                 self._lifted = {k: literal(unliteral(v)) if v.startswith("'") else literal(v)
                                 for k, v in lifted.items()}  # fmt: skip
         await self._thread(self._prepare)
-        fmt = q.trailing_format(stmt.normalized) or call.default_format or "TabSeparated"
-        sql = q.strip_trailing_semicolon(text)
+        fmt = sqllex.trailing_format(stmt.normalized) or call.default_format or "TabSeparated"
+        sql = sqllex.strip_trailing_semicolon(text)
         limit = self.limits.max_result_bytes
         if fmt == "Native" and stmt.returns_rows and call.revision > 0:
-            out = await self._thread(self._native_framed, q.strip_trailing_format(sql))
+            out = await self._thread(self._native_framed, sqllex.strip_trailing_format(sql))
             return Result(out, fmt)
         out = await self._thread(conn.query, sql, fmt, call.params, limit, call.admit)
         if fmt == "Native" and stmt.returns_rows and not out.data:
@@ -214,7 +214,7 @@ class Execution:
         try:
             if self.call.readonly:  # settings may change, readonly may not: the engine says so
                 scratch.query("SET readonly = 2")
-            scratch.query(q.strip_trailing_semicolon(text))
+            scratch.query(sqllex.strip_trailing_semicolon(text))
             changed = {
                 k: v
                 for k, v in scratch.changed_settings().items()
@@ -294,7 +294,7 @@ def _columns(conn: Connection, sql: str, params: Mapping[str, str]) -> list[tupl
     same user and settings; it also keeps a column's time zone, which chDB's revision-0
     Native drops); what it cannot describe (SHOW, a trailing comment) is run again as
     RowBinaryWithNamesAndTypes, whose header chDB does write."""
-    query = q.strip_trailing_format(sql)
+    query = sqllex.strip_trailing_format(sql)
     try:
         described = conn.query(f"DESCRIBE TABLE ({query}\n)", "JSONCompactEachRow", params)
         rows = [json.loads(line) for line in described.data.splitlines() if line]
