@@ -54,7 +54,7 @@ from schemas.types import (
     format_utc,
 )
 from streams.detect_idle import IdleConfig, observe
-from streams.rows import held, in_life, learns, minute_rows, placeholder_uuid, pod_key
+from streams.rows import held, in_life, learns, node_minutes, placeholder_uuid, pod_key
 from streams.state import NodeState, Span, new_alloc_state, new_node_state, upgrade_node_state
 from streams.window import Sample, sample_time
 
@@ -452,7 +452,7 @@ class NodeCore:
             self._rows.clear()
 
     def _minute(self, m0: int) -> list[GpuMinute]:
-        return minute_rows(self.state, m0, self.cfg.idle.for_alloc)
+        return node_minutes(self.state, m0, self.cfg.idle.for_alloc)
 
     def _prune(self, closed: int, out: Output) -> None:
         """Forget what no minute from ``closed`` on can need."""

@@ -101,7 +101,7 @@ def held(s: NodeState, a: AllocState) -> list[str]:
     return learned + fill
 
 
-def minute_rows(
+def node_minutes(
     s: NodeState, m0: int, policy: Callable[[AllocState], IdlePolicy]
 ) -> list[GpuMinute]:
     """Per GPU (or MIG slice): a row per allocation holding it, one for the seconds nobody

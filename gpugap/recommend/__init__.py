@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpugap.recommend.base import Window
+    from gpugap.recommend.base import HistoryWindow
     from groundfloor.settings import ClickHouseSettings, KafkaSettings
     from schemas.models import Recommendation
 
@@ -39,7 +39,7 @@ def recommend_for(
     *,
     kafka: KafkaSettings | None = None,
     out: str | None = None,
-) -> tuple[Window, list[Recommendation]]:
+) -> tuple[HistoryWindow, list[Recommendation]]:
     """Connect, compute the recommendations, close; with ``kafka`` publish them on
     ``recommendations.v1`` (its topic prefix included) for the ClickHouse sink to store, or
     with ``out`` write them there as JSON lines. Neither: computed only, nothing stored."""

@@ -50,7 +50,7 @@ MIN_SAVED_GPU_H_PER_WEEK = 1.0
 
 
 @dataclass(frozen=True)
-class Window:
+class HistoryWindow:
     """The history read: [since, until), and how many days of it hold data."""
 
     since: datetime
@@ -201,7 +201,7 @@ def family_filter(t: RecommendationTarget) -> str:
     return _PARAM.sub(lambda m: sql_literal(params[m.group(1)]), sql)
 
 
-def evidence_in(w: Window, query: str, **sample: Any) -> RecommendationEvidence:
+def evidence_in(w: HistoryWindow, query: str, **sample: Any) -> RecommendationEvidence:
     """The evidence of a recommendation over window ``w``: its query and its sample."""
     return RecommendationEvidence(
         query=query, since=w.since, until=w.until, history_days=round(w.history_days, 3),

@@ -16,7 +16,7 @@ from gpugap.queue.limits import (
 from gpugap.recommend.base import (
     MIN_SAVED_GPU_H_PER_WEEK,
     MIN_TO_RECOMMEND,
-    Window,
+    HistoryWindow,
     build,
     cv,
     evidence_in,
@@ -76,7 +76,7 @@ class GpuFamily:
 # --- (a) Slurm --time per job family ------------------------------------------------------
 
 
-def time_limit(fam: SlurmFamily, w: Window, now: datetime) -> Recommendation | None:
+def time_limit(fam: SlurmFamily, w: HistoryWindow, now: datetime) -> Recommendation | None:
     """--time = the family's p95 elapsed + 20 %, rounded up to 15 min, when that cuts the
     current limit by at least a quarter. The GPU-hours saved are the padding removed: GPUs x
     (old limit - new limit) per job, time the scheduler reserves in its plan and backfill
@@ -157,7 +157,7 @@ def time_limit(fam: SlurmFamily, w: Window, now: datetime) -> Recommendation | N
 # --- (b) GPU count ------------------------------------------------------------------------
 
 
-def gpu_count(fam: GpuFamily, w: Window, now: datetime) -> Recommendation | None:
+def gpu_count(fam: GpuFamily, w: HistoryWindow, now: datetime) -> Recommendation | None:
     """GPUs = the most GPUs any allocation of the family kept busy (a GPU idle in 90 % of its
     measured minutes was not needed): the count that would have done the same work. Saved:
     (requested - needed) GPUs x the allocations' hours."""

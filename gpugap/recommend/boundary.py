@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from gpugap.recommend.base import Window
+from gpugap.recommend.base import HistoryWindow
 from gpugap.recommend.queries import target_of
 from schemas.models import Recommendation, RecommendationTarget
 from warehouse.client import run_query
@@ -93,7 +93,7 @@ def _add(flows: dict[str, Flow], key: str, direction: str, r: tuple[Any, ...]) -
     f[2] += float(r[6])
 
 
-def read(client: Any, w: Window) -> Boundary:
+def read(client: Any, w: HistoryWindow) -> Boundary:
     window = {"since": w.since, "until": w.until}
     by_alloc: dict[str, Flow] = {}
     by_team: dict[str, Flow] = {}
@@ -134,7 +134,7 @@ def _sum(flows: dict[str, Flow], keys: set[str]) -> Flow:
     return out
 
 
-def movement(rec: Recommendation, w: Window, b: Boundary) -> Movement:
+def movement(rec: Recommendation, w: HistoryWindow, b: Boundary) -> Movement:
     own = _sum(b.by_alloc, b.allocs.get(rec.target, set()))
     team = _sum(b.by_team, b.teams.get(rec.target, set()))
     scope, picked = ("workload", own) if own else ("team", team) if team else ("", {})
@@ -150,7 +150,7 @@ def movement(rec: Recommendation, w: Window, b: Boundary) -> Movement:
     return Movement(scope, gib, cost, src, dst, per_gib, saved, b.currency)
 
 
-def annotate(client: Any, w: Window, recs: list[Recommendation]) -> list[Recommendation]:
+def annotate(client: Any, w: HistoryWindow, recs: list[Recommendation]) -> list[Recommendation]:
     """Placement records with their data movement in figures and rationale; others as is."""
     if not any(r.kind == "placement" for r in recs):
         return recs

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpugap.recommend import batch, boundary, fit, interactive, placement, queue_freed, services
-from gpugap.recommend.base import Window, rank
+from gpugap.recommend.base import HistoryWindow, rank
 from gpugap.recommend.queries import (
     gpu_families,
     notebooks,
@@ -44,29 +44,29 @@ DEFAULT_DAYS = 14.0  # KRR's default history (336 h)
 Found = list[Recommendation | None]
 
 
-def _time_limits(client: Any, w: Window, now: datetime) -> Found:
+def _time_limits(client: Any, w: HistoryWindow, now: datetime) -> Found:
     return [batch.time_limit(f, w, now) for f in slurm_families(client, w)]
 
 
-def _gpu_counts(client: Any, w: Window, now: datetime) -> Found:
+def _gpu_counts(client: Any, w: HistoryWindow, now: datetime) -> Found:
     return [batch.gpu_count(f, w, now) for f in gpu_families(client, w)]
 
 
-def _culling(client: Any, w: Window, now: datetime) -> Found:
+def _culling(client: Any, w: HistoryWindow, now: datetime) -> Found:
     books: dict[RecommendationTarget, list[interactive.NotebookIdle]] = defaultdict(list)
     for b in notebooks(client, w):
         books[b.target].append(b)
     return [interactive.idle_culling(t, bs, w, now) for t, bs in books.items()]
 
 
-def _gangs(client: Any, w: Window, now: datetime) -> Found:
+def _gangs(client: Any, w: HistoryWindow, now: datetime) -> Found:
     gangs: dict[RecommendationTarget, list[placement.PartialGang]] = defaultdict(list)
     for g in partial_gangs(client, w):
         gangs[g.target].append(g)
     return [placement.placement(t, gs, w, now) for t, gs in gangs.items()]
 
 
-def _services(client: Any, w: Window, now: datetime) -> Found:
+def _services(client: Any, w: HistoryWindow, now: datetime) -> Found:
     """Kubernetes services by hour of day; variable Slurm services to Kubernetes."""
     out: Found = []
     for d in service_demand(client, w):
@@ -74,12 +74,12 @@ def _services(client: Any, w: Window, now: datetime) -> Found:
     return out
 
 
-def _shares(client: Any, w: Window, now: datetime) -> Found:
+def _shares(client: Any, w: HistoryWindow, now: datetime) -> Found:
     return [fit.gpu_share(u, w, now) for u in gpu_uses(client, w)]
 
 
 #: every recommender, by the name its timing is reported under
-RECOMMENDERS: dict[str, Callable[[Any, Window, datetime], Found]] = {
+RECOMMENDERS: dict[str, Callable[[Any, HistoryWindow, datetime], Found]] = {
     "slurm_time_limit": _time_limits,
     "gpu_count": _gpu_counts,
     "idle_culling": _culling,
@@ -95,7 +95,7 @@ def compute(
     until: datetime | None = None,
     now: datetime | None = None,
     timings: dict[str, float] | None = None,
-) -> tuple[Window, list[Recommendation]]:
+) -> tuple[HistoryWindow, list[Recommendation]]:
     """Every recommender over the last ``days`` of data, ranked by GPU-hours saved."""
     now = now or utc_now()
     t = time.perf_counter()

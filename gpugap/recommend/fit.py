@@ -24,7 +24,7 @@ from datetime import datetime
 from gpugap.recommend.base import (
     MIN_SAVED_GPU_H_PER_WEEK,
     MIN_TO_RECOMMEND,
-    Window,
+    HistoryWindow,
     build,
     cv,
     evidence_in,
@@ -102,7 +102,7 @@ def fitting(
     return None
 
 
-def gpu_share(u: GpuUse, w: Window, now: datetime) -> Recommendation | None:
+def gpu_share(u: GpuUse, w: HistoryWindow, now: datetime) -> Recommendation | None:
     """The smallest MIG profile that fits, when the memory is known and the GPU-days enough."""
     kind = "gpu_share"
     days = int(u.measured_minutes / 1440)

@@ -13,7 +13,7 @@ from datetime import datetime
 from gpugap.recommend.base import (
     MIN_SAVED_GPU_H_PER_WEEK,
     MIN_TO_RECOMMEND,
-    Window,
+    HistoryWindow,
     build,
     cv,
     evidence_in,
@@ -65,7 +65,7 @@ def culling_minutes(episodes: Iterable[int]) -> int:
 
 
 def idle_culling(
-    target: RecommendationTarget, books: Sequence[NotebookIdle], w: Window, now: datetime
+    target: RecommendationTarget, books: Sequence[NotebookIdle], w: HistoryWindow, now: datetime
 ) -> Recommendation | None:
     """Notebooks idle most of their life: cull after T idle minutes (culling_minutes). Saved:
     every idle episode longer than T, less T, times the notebook's GPUs."""

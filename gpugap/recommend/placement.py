@@ -13,7 +13,7 @@ from datetime import datetime
 from gpugap.recommend.base import (
     MIN_SAVED_GPU_H_PER_WEEK,
     MIN_TO_RECOMMEND,
-    Window,
+    HistoryWindow,
     build,
     cv,
     evidence_in,
@@ -55,7 +55,7 @@ class PartialGang:
 
 
 def placement(
-    target: RecommendationTarget, gangs: Sequence[PartialGang], w: Window, now: datetime
+    target: RecommendationTarget, gangs: Sequence[PartialGang], w: HistoryWindow, now: datetime
 ) -> Recommendation | None:
     """Multi-pod batch on Kubernetes that spent GPU-hours in partial gangs (some pods
     running at the barrier, others Pending): Slurm allocates all nodes or none, so those
@@ -115,7 +115,7 @@ def placement(
     )  # fmt: skip
 
 
-def to_kubernetes(d: ServiceDemand, w: Window, now: datetime) -> Recommendation | None:
+def to_kubernetes(d: ServiceDemand, w: HistoryWindow, now: datetime) -> Recommendation | None:
     """A service on Slurm whose demand varies by hour (the busiest hour needs at least
     VARIABLE_DEMAND times the replicas of the quietest): a Slurm job holds its GPUs whole
     for its life, a Kubernetes Deployment scales with the demand. Saved: the GPU-hours

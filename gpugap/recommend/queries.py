@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpugap.recommend.base import Window, k8s_target, slurm_target
+from gpugap.recommend.base import HistoryWindow, k8s_target, slurm_target
 from gpugap.recommend.batch import GPU_IDLE_LIFE, GpuFamily, SlurmFamily
 from gpugap.recommend.interactive import NOTEBOOK_IDLE_SHARE, NotebookIdle
 from gpugap.recommend.placement import PartialGang
@@ -178,7 +178,7 @@ def _utc(value: Any) -> datetime | None:
     return t if t > _EPOCH else None
 
 
-def window(client: Any, days: float, until: datetime | None = None) -> Window:
+def window(client: Any, days: float, until: datetime | None = None) -> HistoryWindow:
     """[until - days, until): until is the latest data (a minute, a job's end, an alert)
     unless given; history_days counts the days of it that hold data."""
     if until is None:
@@ -192,14 +192,14 @@ def window(client: Any, days: float, until: datetime | None = None) -> Window:
     row = run_query(client, FIRST, {"since": since}).result_rows[0]
     firsts = [t for t in (_utc(v) for v in row) if t is not None]
     first = max(since, min(firsts)) if firsts else until
-    return Window(since, until, max(0.0, (until - first).total_seconds() / 86400))
+    return HistoryWindow(since, until, max(0.0, (until - first).total_seconds() / 86400))
 
 
-def params_of(w: Window, **extra: Any) -> dict[str, Any]:
+def params_of(w: HistoryWindow, **extra: Any) -> dict[str, Any]:
     return {"since": w.since, "until": w.until, **extra}
 
 
-def slurm_families(client: Any, w: Window) -> list[SlurmFamily]:
+def slurm_families(client: Any, w: HistoryWindow) -> list[SlurmFamily]:
     rows = run_query(client, SLURM_FAMILIES, params_of(w)).result_rows
     return [
         SlurmFamily(
@@ -225,7 +225,7 @@ def class_of(value: str, default: WorkloadClass) -> WorkloadClass:
         return default
 
 
-def gpu_families(client: Any, w: Window) -> list[GpuFamily]:
+def gpu_families(client: Any, w: HistoryWindow) -> list[GpuFamily]:
     rows = run_query(client, GPU_FAMILIES, params_of(w, idle_life=GPU_IDLE_LIFE)).result_rows
     out = []
     for r in rows:
@@ -255,7 +255,7 @@ def gpu_families(client: Any, w: Window) -> list[GpuFamily]:
     return out
 
 
-def notebooks(client: Any, w: Window) -> list[NotebookIdle]:
+def notebooks(client: Any, w: HistoryWindow) -> list[NotebookIdle]:
     cands = run_query(
         client, NOTEBOOK_CANDIDATES, params_of(w, share=NOTEBOOK_IDLE_SHARE)
     ).result_rows
@@ -296,7 +296,7 @@ def notebooks(client: Any, w: Window) -> list[NotebookIdle]:
     return out
 
 
-def partial_gangs(client: Any, w: Window) -> list[PartialGang]:
+def partial_gangs(client: Any, w: HistoryWindow) -> list[PartialGang]:
     out = []
     for r in run_query(client, PARTIAL_GANGS, params_of(w)).result_rows:
         cluster, gang_id = r[0], r[1]

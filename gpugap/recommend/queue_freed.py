@@ -8,7 +8,7 @@ from typing import Any
 
 from gpugap.queue.cost import selection_cost
 from gpugap.queue.warehouse import recorded_partitions
-from gpugap.recommend.base import Window
+from gpugap.recommend.base import HistoryWindow
 from schemas.models import Recommendation
 
 #: the most saving recommendations replayed (each costs REPEATS replays of its partition)
@@ -23,7 +23,7 @@ def family_key(rec: Recommendation) -> str:
     return "\x1f".join(p or "" for p in parts)
 
 
-def annotate(client: Any, w: Window, recs: list[Recommendation]) -> list[Recommendation]:
+def annotate(client: Any, w: HistoryWindow, recs: list[Recommendation]) -> list[Recommendation]:
     """The TOP saving time-limit records with "queue hours freed for others"; others as is."""
     chosen = sorted(
         (r for r in recs if r.kind == "slurm_time_limit"),

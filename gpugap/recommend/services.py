@@ -22,7 +22,7 @@ from datetime import datetime
 from gpugap.recommend.base import (
     MIN_SAVED_GPU_H_PER_WEEK,
     MIN_TO_RECOMMEND,
-    Window,
+    HistoryWindow,
     build,
     cv,
     evidence_in,
@@ -144,7 +144,7 @@ def keda_cron(namespace: str, name: str, kind: str, replicas: tuple[int, ...]) -
     return "\n".join(lines)
 
 
-def evidence_for(d: ServiceDemand, s: Schedule, w: Window) -> RecommendationEvidence:
+def evidence_for(d: ServiceDemand, s: Schedule, w: HistoryWindow) -> RecommendationEvidence:
     query = (
         "SELECT hour, sum(allocated_gpu_h) AS allocated_gpu_h, "
         "sum(consumed_gpu_h) AS consumed_gpu_h FROM v_capacity_gap "
@@ -172,7 +172,7 @@ def evidence_for(d: ServiceDemand, s: Schedule, w: Window) -> RecommendationEvid
     )
 
 
-def worth_it(d: ServiceDemand, w: Window) -> tuple[Schedule, float] | None:
+def worth_it(d: ServiceDemand, w: HistoryWindow) -> tuple[Schedule, float] | None:
     """The schedule and its savings per week, when there are enough days and savings."""
     s = schedule(d)
     per_week = s.saved_gpu_h / w.weeks
@@ -181,7 +181,7 @@ def worth_it(d: ServiceDemand, w: Window) -> tuple[Schedule, float] | None:
     return s, per_week
 
 
-def service_schedule(d: ServiceDemand, w: Window, now: datetime) -> Recommendation | None:
+def service_schedule(d: ServiceDemand, w: HistoryWindow, now: datetime) -> Recommendation | None:
     """A Kubernetes service's replicas by hour of day."""
     kind = "service_schedule"
     if d.target.scheduler is not Scheduler.KUBERNETES:

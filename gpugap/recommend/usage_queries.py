@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
-from gpugap.recommend.base import Window
+from gpugap.recommend.base import HistoryWindow
 from gpugap.recommend.fit import MAX_FIT_ACTIVITY, PEAK_QUANTILE, GpuUse
 from gpugap.recommend.queries import class_of, params_of, target_of
 from gpugap.recommend.services import ServiceDemand, ServiceHour
@@ -87,7 +87,7 @@ def _meta(r: tuple[Any, ...], cluster: str, allocation_id: str, scheduler: str) 
     return target_of({"cluster": cluster, "scheduler": scheduler, **m})
 
 
-def service_demand(client: Any, w: Window) -> list[ServiceDemand]:
+def service_demand(client: Any, w: HistoryWindow) -> list[ServiceDemand]:
     """Every service workload's clock hours (its allocations summed per hour)."""
     hours: dict[RecommendationTarget, dict[Any, list[float]]] = defaultdict(dict)
     per_replica: dict[RecommendationTarget, int] = defaultdict(int)
@@ -127,7 +127,7 @@ class _Use:
     peaks: tuple[float, ...] = ()
 
 
-def gpu_uses(client: Any, w: Window) -> list[GpuUse]:
+def gpu_uses(client: Any, w: HistoryWindow) -> list[GpuUse]:
     """Whole-GPU workloads whose hourly peaks could fit a MIG profile, with their minutes'
     peaks (per allocation) and memory."""
     params = params_of(w, q=PEAK_QUANTILE, max_fit=MAX_FIT_ACTIVITY)

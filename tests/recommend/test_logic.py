@@ -82,7 +82,7 @@ def test_replicas_by_hour_and_the_keda_schedule() -> None:
 def test_what_a_person_runs_quotes_every_value_from_a_record() -> None:
     """A job name is whatever its user typed: in the printed commands it is one shell word,
     in a comment it cannot start a new line, in the KEDA YAML it is a quoted scalar."""
-    from gpugap.recommend.base import Window
+    from gpugap.recommend.base import HistoryWindow
     from gpugap.recommend.batch import SlurmFamily, time_limit
     from gpugap.recommend.services import keda_cron
 
@@ -92,7 +92,7 @@ def test_what_a_person_runs_quotes_every_value_from_a_record() -> None:
         elapsed_s=(3600.0,) * 5, limit_s=(8 * 3600,) * 5, gpus=(1,) * 5, timeouts=0, jobs=5,
     )  # fmt: skip
     now = datetime(2026, 11, 9, tzinfo=UTC)
-    rec = time_limit(fam, Window(now - timedelta(days=7), now, 7.0), now)
+    rec = time_limit(fam, HistoryWindow(now - timedelta(days=7), now, 7.0), now)
     assert rec is not None
     lines = rec.apply.splitlines()
     assert not any(line.startswith(("rm", "curl", "EOF")) for line in lines)
@@ -115,7 +115,7 @@ def test_no_mig_slice_for_a_gpu_the_card_names_without_mig() -> None:
     from schemas.types import WorkloadClass
 
     now = datetime(2026, 11, 9, tzinfo=UTC)
-    w = base.Window(now - timedelta(days=7), now, 7.0)
+    w = base.HistoryWindow(now - timedelta(days=7), now, 7.0)
 
     def use(model: str | None) -> GpuUse:
         return GpuUse(

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpugap.recommend.base import Window, k8s_target, said, sh
+from gpugap.recommend.base import HistoryWindow, k8s_target, said, sh
 from gpugap.recommend.batch import GpuFamily, SlurmFamily, gpu_count, time_limit
 from gpugap.recommend.fit import GpuUse, gpu_share
 from gpugap.recommend.placement import PartialGang, placement
@@ -46,7 +46,7 @@ PROGRAMS = ("sbatch", "scontrol", "squeue", "sacctmgr", "kubectl")
 #: commands printed inside a comment line, after these words (a person copies from there)
 IN_COMMENTS = ("# or cap it for the QOS: ", "# without KEDA: ")
 NOW = datetime(2026, 11, 9, tzinfo=UTC)
-WEEK = Window(NOW - timedelta(days=7), NOW, 7.0)
+WEEK = HistoryWindow(NOW - timedelta(days=7), NOW, 7.0)
 
 STUB = """#!{python} -S
 import json, os, sys

@@ -37,7 +37,7 @@ from streams.core import SPANS_KEPT, CoreConfig, NodeCore, Output, see
 from streams.detect_idle import IdleConfig
 from streams.join import Join, partition_for
 from streams.process import Processor
-from streams.rows import minute_rows, placeholder_uuid
+from streams.rows import node_minutes, placeholder_uuid
 from tests.harness.capture import Capture
 from tests.harness.commands import run_gpugap
 from tests.streams.helpers import CLUSTER, NODE, T, pod, sample, samples
@@ -201,12 +201,12 @@ def test_before_any_sample_names_the_new_pod_it_holds_a_placeholder() -> None:
     items = [r for r in scenario() if r.time <= T("10:05:45")]
     core = NodeCore.new(CLUSTER, NODE, CFG)
     feed(core, items)
-    rows = minute_rows(core.state, ms("10:05:00"), CFG.idle.for_alloc)
+    rows = node_minutes(core.state, ms("10:05:00"), CFG.idle.for_alloc)
     stand_in = placeholder_uuid(CLUSTER, NODE, f"{B}/0")
     mine = {(g(r), r.allocation_id) for r in rows if r.allocation_id}
     assert mine == {(0, A), (stand_in, B)}
     core.sample(sample("10:05:50", {0: 0.0, 1: 0.6}, attrib={1: ("ns", "web-0")}))
-    rows = minute_rows(core.state, ms("10:05:00"), CFG.idle.for_alloc)
+    rows = node_minutes(core.state, ms("10:05:00"), CFG.idle.for_alloc)
     assert {(g(r), r.allocation_id) for r in rows if r.allocation_id} == {(0, A), (1, B)}
 
 

@@ -42,7 +42,7 @@ _INHERITED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH")
 START_TIMEOUT_S = 120.0
 
 
-class Engine:
+class EngineProcess:
     """The engine process (enginehost.py), and this side of its connections.
 
     ``confine``: ``required`` (the process confines itself or does not start), ``best-effort``

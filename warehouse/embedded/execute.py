@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from groundfloor import sqllex
 from warehouse.embedded import allowed, body, native, policy
 from warehouse.embedded.connection import Connection, Insert, Outcome, literal, unliteral
-from warehouse.embedded.engine import Engine
+from warehouse.embedded.engine import EngineProcess
 from warehouse.embedded.errors import EngineError, too_large
 from warehouse.embedded.limits import EndpointLimits
 
@@ -56,7 +56,7 @@ class Execution:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineProcess,
         limits: EndpointLimits,
         call: Call,
         *,

@@ -20,7 +20,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from schemas.errors import ConfigError, ServiceError
 from warehouse.embedded import password
-from warehouse.embedded.engine import Engine
+from warehouse.embedded.engine import EngineProcess
 from warehouse.embedded.engine_config import (
     prepare_data_dir,
     workloads,
@@ -128,7 +128,7 @@ def serve(
         prepare_data_dir(path)
     roles = {role(u) for u in users.values()}
     startup = workloads(limits, roles) if sql_guards else []
-    engine = Engine(path, config, confine=limits.confine, startup=startup)
+    engine = EngineProcess(path, config, confine=limits.confine, startup=startup)
     confinement = engine.confinement
     if not confinement["confined"]:
         log.warning(

@@ -18,7 +18,7 @@ from aiohttp import web
 from warehouse.embedded import allowed, auth, body, native, play, policy
 from warehouse.embedded.browser import BrowserGuard
 from warehouse.embedded.connection import literal, unliteral
-from warehouse.embedded.engine import Engine
+from warehouse.embedded.engine import EngineProcess
 from warehouse.embedded.engine_config import workload
 from warehouse.embedded.errors import EngineError
 from warehouse.embedded.execute import Call, Execution, Result
@@ -64,7 +64,7 @@ _TRUE = ("1", "true")
 class Endpoint:
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineProcess,
         users: Mapping[str, User],
         limits: EndpointLimits,
         listen: str = "127.0.0.1",

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from warehouse.embedded.connection import Connection
-from warehouse.embedded.engine import Engine
+from warehouse.embedded.engine import EngineProcess
 from warehouse.embedded.errors import EngineError
 
 MAX_SETTINGS_BYTES = 64 << 10  # what SET may keep for a session, names and values
@@ -47,7 +47,7 @@ class Session:
 
 
 class Sessions:
-    def __init__(self, engine: Engine, per_user: int, timeout_s: float) -> None:
+    def __init__(self, engine: EngineProcess, per_user: int, timeout_s: float) -> None:
         self.engine, self.per_user, self.timeout_s = engine, per_user, timeout_s
         self._by_user: dict[str, OrderedDict[str, Session]] = {}
 
