@@ -301,7 +301,25 @@ DEMO_FILES = frozenset(
 )
 
 
+# files that run for minutes, started first so that no worker begins one when the others are
+# done (from `pytest --durations`; a file missing here only runs in collection order)
+SLOW_FIRST = (
+    "tests/streams/test_kafka_faults.py",
+    *sorted(DEMO_FILES),
+    "tests/producers/backfill/test_slurm.py",
+    "tests/producers/slurm/test_live.py",
+    "tests/sinks/test_clickhouse_sink.py",
+    "tests/backfill/test_backfill_history.py",
+    "tests/streams/test_end_to_end.py",
+    "tests/streams/test_scale_out.py",
+    "tests/sinks/test_alertmanager.py",
+    "tests/queue/test_slurm_order.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {file: i for i, file in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.relative_to(config.rootpath).as_posix(), 99))
     on_the_demo = {
         item.path.relative_to(config.rootpath).as_posix()
         for item in items
