@@ -335,6 +335,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadFileScheduling
 
+    # xdist hands out the files with the most tests first; the order above (SLOW_FIRST) is
+    # what keeps a four-minute single test from starting last
+    config.option.loadscopereorder = False
+
     class FilesAndTheDemo(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             file = nodeid.split("::", 1)[0]

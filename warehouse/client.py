@@ -19,6 +19,7 @@ READONLY = {"readonly": 2}
 # codes meaning "try again later": too many queries, timeouts, network, memory, overloaded
 RETRIABLE_CODES = {159, 202, 209, 210, 241, 242, 252, 319, 425, 999}
 _UNKNOWN_OBJECT = {60, 81}  # UNKNOWN_TABLE, UNKNOWN_DATABASE
+_CREDENTIALS = {192, 194, 516}  # UNKNOWN_USER, REQUIRED_PASSWORD, AUTHENTICATION_FAILED
 _MIGRATE = " (a new warehouse? `gpugap db migrate` creates the tables and views)"
 
 
@@ -77,7 +78,8 @@ def connect(settings: ClickHouseSettings, *, database: bool = True) -> Any:
 
 def as_gpugap_error(exc: BaseException, where: str) -> BaseException:
     """clickhouse-connect's errors -> ours, in one line: unreachable or overloaded is
-    RetriableError, a refusal QueryError; anything else is returned as it is."""
+    RetriableError, credentials refused ConfigError (naming the settings), any other refusal
+    QueryError; anything else is returned as it is."""
     from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
     code = getattr(exc, "code", None)
@@ -90,6 +92,11 @@ def as_gpugap_error(exc: BaseException, where: str) -> BaseException:
         )
         why = reason.group(0).strip() if reason else one_line(exc)
         return RetriableError(f"ClickHouse at {where} is unavailable: {why}")
+    if isinstance(exc, DatabaseError) and code is not None and int(code) in _CREDENTIALS:
+        return ConfigError(
+            f"ClickHouse at {where} refused the credentials: {one_line(exc)} (check "
+            "GPUGAP_CLICKHOUSE_USER and GPUGAP_CLICKHOUSE_PASSWORD)"
+        )
     if isinstance(exc, DatabaseError):
         hint = _MIGRATE if code is not None and int(code) in _UNKNOWN_OBJECT else ""
         return QueryError(f"ClickHouse at {where} refused the query: {one_line(exc)}{hint}")

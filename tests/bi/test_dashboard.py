@@ -17,8 +17,9 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from groundfloor.settings import ClickHouseSettings
-from tests.bi import drivers, grafana
+from tests.bi import grafana
 from tests.bi.conftest import built, run_json
+from tests.harness import bi_drivers as drivers
 from tests.harness.warehouse import READER_PASSWORD, DemoWarehouse
 
 pytestmark = pytest.mark.timeout(900)

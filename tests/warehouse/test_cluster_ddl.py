@@ -11,13 +11,13 @@ import pytest
 from gpugap.cli import main
 from groundfloor.sqllex import mask
 from warehouse.cluster import cluster_statements, for_cluster
-from warehouse.embedded.engine import Engine
+from warehouse.embedded.engine import EngineProcess
 from warehouse.migrate import migrations
 
 
 @pytest.fixture(scope="module")
 def parse(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    engine = Engine(tmp_path_factory.mktemp("parse"))
+    engine = EngineProcess(tmp_path_factory.mktemp("parse"))
     conn = engine.connect()
     yield conn.normalize
     conn.close()
