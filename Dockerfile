@@ -23,6 +23,7 @@ COPY schemas ./schemas
 COPY producers ./producers
 COPY streams ./streams
 COPY sinks ./sinks
+COPY warehouse ./warehouse
 RUN useradd --system --uid 10001 --home-dir /var/lib/gpugap --create-home gpugap
 # The worker keeps its local table state under its working directory (a named volume in
 # docker-compose.yml); nothing runs as root.

@@ -47,7 +47,7 @@ services-down: $(STAMP) ## stop the local Kafka broker
 
 protos: $(STAMP) ## regenerate the kubelet PodResources stubs from producers/nvml/kubelet/api.proto
 	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. \
-		producers/nvml/kubelet/api.proto
+		gpugap/producers/nvml/kubelet/api.proto  # through the link: imports name gpugap.producers
 
 clean: ## remove the virtualenv and caches (the Kafka jar cache stays)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

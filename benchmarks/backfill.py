@@ -21,12 +21,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from groundfloor.kafka.publish import Publisher
-from groundfloor.settings import Settings
-from producers import run_producer
-from producers.backfill.settings import BackfillSettings
-from producers.backfill.telemetry import PrometheusTelemetry
-from schemas import Record, Topic, encode
+from gpugap.groundfloor.kafka.publish import Publisher
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers import run_producer
+from gpugap.producers.backfill.settings import BackfillSettings
+from gpugap.producers.backfill.telemetry import PrometheusTelemetry
+from gpugap.schemas import Record, Topic, encode
 from tests.harness.prometheus import Prometheus, ensure_built, load_openmetrics
 
 START = datetime(2026, 9, 1, tzinfo=UTC)

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 from benchmarks.report import settle
 from benchmarks.warehouse import START, VIEWS, load, view_latency
-from groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.settings import ClickHouseSettings
 
 DATABASE = "gpugap_bench_bi"
 WARMUP = 1  # untimed runs of each view before the timed ones, per driver process
@@ -115,7 +115,7 @@ Runner = Callable[[ClickHouseSettings, int, datetime, dict[str, int]], dict[str,
 def connect_python(settings: ClickHouseSettings, runs: int, since: datetime,
                    expected: dict[str, int]) -> dict[str, list[float]]:  # fmt: skip
     """clickhouse-connect in this process: a client of its own, warmed up like the others."""
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     client = connect(settings)
     try:
@@ -130,7 +130,7 @@ def connect_python(settings: ClickHouseSettings, runs: int, since: datetime,
 
 
 def expected_rows(settings: ClickHouseSettings, since: datetime) -> dict[str, int]:
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     client = connect(settings)
     try:

@@ -11,9 +11,15 @@ import argparse
 import time
 from datetime import UTC, datetime, timedelta
 
-from schemas.models import AllocationEvent, GpuSample, NodeSample
-from schemas.types import ActivityMetric, LifecycleKind, SampleSource, Scheduler, WorkloadClass
-from streams.process import Processor
+from gpugap.schemas.models import AllocationEvent, GpuSample, NodeSample
+from gpugap.schemas.types import (
+    ActivityMetric,
+    LifecycleKind,
+    SampleSource,
+    Scheduler,
+    WorkloadClass,
+)
+from gpugap.streams.process import Processor
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.settings import ClickHouseSettings
 
 
 @contextmanager
@@ -22,9 +22,9 @@ def bench_database(
     """(settings, a client) of ``database``, new and migrated. ``env``: the embedded
     endpoint's environment (its users), when one is started."""
     from gpugap.services.kafka import free_port
+    from gpugap.warehouse.client import connect
+    from gpugap.warehouse.migrate import migrate
     from tests.harness.embedded_clickhouse import EmbeddedClickHouse
-    from warehouse.client import connect
-    from warehouse.migrate import migrate
 
     with tempfile.TemporaryDirectory(prefix=f"gpugap-bench-{database}-") as tmp:
         server = None

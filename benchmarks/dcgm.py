@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from groundfloor.kafka.publish import Publisher
-from groundfloor.settings import Settings
-from producers.dcgm.producer import DcgmProducer
-from producers.dcgm.settings import DcgmSettings
-from schemas import Record, Topic, encode
+from gpugap.groundfloor.kafka.publish import Publisher
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.dcgm.producer import DcgmProducer
+from gpugap.producers.dcgm.settings import DcgmSettings
+from gpugap.schemas import Record, Topic, encode
 
 FIXTURE = Path(__file__).parents[1] / "tests" / "fixtures" / "dcgm" / "a100x8.txt"
 

@@ -371,7 +371,7 @@ def prepare_inserts(direct: Direct, data: InsertData, repeats: int) -> float:
     """GPU-minute rows as Native bytes (as in ``python -m benchmarks warehouse``), made by chDB
     in-process, and chDB's own rate for them (rows/s, median)."""
     from benchmarks.warehouse import SYNTHETIC
-    from warehouse.migrate import migrations
+    from gpugap.warehouse.migrate import migrations
 
     # the table as every migration leaves it (later ones add columns to the first's)
     direct.a.query("CREATE DATABASE IF NOT EXISTS bench_schema")
@@ -427,9 +427,9 @@ def insert_throughput(
     import clickhouse_connect
 
     from benchmarks.warehouse import SYNTHETIC
-    from groundfloor.settings import ClickHouseSettings
-    from warehouse.client import client_options, connect
-    from warehouse.migrate import migrate
+    from gpugap.groundfloor.settings import ClickHouseSettings
+    from gpugap.warehouse.client import client_options, connect
+    from gpugap.warehouse.migrate import migrate
 
     settings = ClickHouseSettings(url=url, password=ADMIN_PW, database="bench")
     migrate(settings)

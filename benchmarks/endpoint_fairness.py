@@ -150,9 +150,9 @@ def endpoint(per_user: int) -> Iterator[Target]:
     from benchmarks.database import bench_database
     from benchmarks.endpoint import START
     from benchmarks.warehouse import SYNTHETIC
-    from sinks.clickhouse.sink import ClickHouseSink
-    from warehouse.client import connect
-    from warehouse.rows import MINUTE_COLUMNS
+    from gpugap.sinks.clickhouse.sink import ClickHouseSink
+    from gpugap.warehouse.client import connect
+    from gpugap.warehouse.rows import MINUTE_COLUMNS
 
     env = {
         "GPUGAP_CLICKHOUSE_READONLY_USER": READER,
@@ -208,7 +208,7 @@ def reader(
 
 
 def run_phase(target: Target, name: str, readers: int, query_s: int, phase_s: float) -> Phase:
-    from warehouse.rows import MINUTE_COLUMNS
+    from gpugap.warehouse.rows import MINUTE_COLUMNS
 
     ph = Phase(readers=readers)
     query = slow_query(query_s)

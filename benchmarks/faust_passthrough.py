@@ -16,7 +16,7 @@ from typing import Any
 
 import faust
 
-from streams.join import INPUTS
+from gpugap.streams.join import INPUTS
 
 MAX_RECORDS = 5000  # the worker's default batch (streams.faust_runner.AppOptions)
 

@@ -29,9 +29,9 @@ from typing import Any
 
 from benchmarks.processes import ENGINES
 from benchmarks.topics import preload
-from groundfloor.settings import KafkaSettings, ServicesSettings
-from schemas import DeadLetter, GpuMinute, decode
-from schemas.topics import DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
+from gpugap.groundfloor.settings import KafkaSettings, ServicesSettings
+from gpugap.schemas import DeadLetter, GpuMinute, decode
+from gpugap.schemas.topics import DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
 from tests.harness.capture import Capture, Msg
 
 INPUTS = (SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name)
@@ -106,8 +106,8 @@ def hostile(rng: random.Random, good: list[Msg]) -> Msg:
 
 
 def build(n: int, seed: int) -> tuple[list[Msg], list[Msg]]:
-    from schemas import by_name
-    from schemas.errors import InvalidRecord
+    from gpugap.schemas import by_name
+    from gpugap.schemas.errors import InvalidRecord
 
     rng = random.Random(seed)
     good = scenario()

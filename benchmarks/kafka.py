@@ -19,12 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from schemas import NodeSample, decode, encode
-from schemas.examples import node_samples
-from schemas.topics import SAMPLES
+from gpugap.schemas import NodeSample, decode, encode
+from gpugap.schemas.examples import node_samples
+from gpugap.schemas.topics import SAMPLES
 
 if TYPE_CHECKING:
-    from groundfloor.settings import KafkaSettings
+    from gpugap.groundfloor.settings import KafkaSettings
 
 
 def _rate(n: int, fn: Callable[[], object], repeats: int) -> float:
@@ -79,7 +79,7 @@ async def _kafka_round(
     from aiokafka import AIOKafkaConsumer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from groundfloor.kafka.publish import KafkaPublisher
+    from gpugap.groundfloor.kafka.publish import KafkaPublisher
 
     topic = f"bench-{uuid.uuid4().hex[:8]}."
     admin = AIOKafkaAdminClient(**kafka.client_options())
@@ -170,8 +170,8 @@ class _broker:
     local one (plaintext on loopback; stopped afterwards)."""
 
     def __enter__(self) -> KafkaSettings:
+        from gpugap.groundfloor.settings import load
         from gpugap.services.kafka import LocalKafka, broker_ready
-        from groundfloor.settings import load
 
         settings = load()
         self.kafka: LocalKafka | None = None

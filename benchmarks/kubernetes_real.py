@@ -140,9 +140,9 @@ def setup(kube: Any, pods: int, burst: int) -> None:
 def measure_real(pods: int, burst: int, kube: Any, root: Path) -> dict[str, float]:
     from kubernetes.client import CoreV1Api, CustomObjectsApi  # noqa: F401
 
-    from groundfloor.kafka.publish import JsonlPublisher
-    from producers import run_producer
-    from producers.kubernetes.producer import KubernetesProducer
+    from gpugap.groundfloor.kafka.publish import JsonlPublisher
+    from gpugap.producers import run_producer
+    from gpugap.producers.kubernetes.producer import KubernetesProducer
     from tests.harness.k8s_run import settings_for
 
     etcd = Etcd(kube.etcd_port)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pynvml
 
-from groundfloor.settings import Settings
-from producers.nvml.producer import NvmlProducer
-from producers.nvml.sampler import NvmlSampler
-from producers.nvml.settings import NvmlSettings
-from schemas import NodeSample, encode, utc_now
-from schemas.types import SampleSource
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.nvml.producer import NvmlProducer
+from gpugap.producers.nvml.sampler import NvmlSampler
+from gpugap.producers.nvml.settings import NvmlSettings
+from gpugap.schemas import NodeSample, encode, utc_now
+from gpugap.schemas.types import SampleSource
 from tests.harness.nvml_fake import FakeNvml
 
 TARGET_MS = 5.0
@@ -35,11 +35,11 @@ TARGET_MS = 5.0
 #: 30 ticks at 1 s into JSON lines; prints its peak RSS and CPU seconds
 _AGENT = """
 import asyncio, resource, aiokafka, grpc
-from groundfloor.kafka.publish import JsonlPublisher
-from groundfloor.settings import Settings
-from producers.nvml.settings import NvmlSettings
-from producers import run_producer
-from producers.nvml.producer import NvmlProducer
+from gpugap.groundfloor.kafka.publish import JsonlPublisher
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.nvml.settings import NvmlSettings
+from gpugap.producers import run_producer
+from gpugap.producers.nvml.producer import NvmlProducer
 from tests.harness.nvml_fake import FakeNvml
 
 class Ticks(NvmlProducer):

@@ -20,7 +20,7 @@ def main(row_counts: list[int], repeats: int, url: str | None) -> int:
     from benchmarks.report import ALERTS, settle
     from benchmarks.warehouse import START, load
     from gpugap.recommend.engine import compute, listing
-    from warehouse.rows import RECOMMENDATION_COLUMNS, recommendation_row
+    from gpugap.warehouse.rows import RECOMMENDATION_COLUMNS, recommendation_row
 
     with bench_database(url, DATABASE) as (_, client):
         client.command(ALERTS, parameters={"start": START})

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from groundfloor.kafka.consume import seek_to_start
+from gpugap.groundfloor.kafka.consume import seek_to_start
 from tests.harness.kafka_cluster import KafkaCluster
 
 RECORDS = 5

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from gpugap.groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher, Publisher
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS
 from gpugap.simulator import build, scenario
 from gpugap.simulator.emit import Emitter, Stats
-from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher, Publisher
-from groundfloor.settings import KafkaSettings
-from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS
 from tests.harness.capture import Capture
 
 

@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=100)
     p.add_argument("--parallel", type=int, default=1, help="jobs in flight at once")
     args = p.parse_args(argv)
+    from gpugap.groundfloor.settings import ServicesSettings
     from gpugap.services.kafka import LocalKafka
-    from groundfloor.settings import ServicesSettings
 
     root = Path(tempfile.mkdtemp(prefix="gpugap-slurm-bench-"))
     root.chmod(0o755)

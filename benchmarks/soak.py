@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from benchmarks.worker_latency import Run, Seen, Watch, bench_latency
-from groundfloor.settings import KafkaSettings
-from schemas.topics import DEAD_LETTER
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas.topics import DEAD_LETTER
 
 NODES = 1350
 WORKERS = 2

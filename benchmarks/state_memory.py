@@ -33,12 +33,12 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas import decode
-from schemas.clock import SECOND_MS
-from schemas.topics import ALLOCATIONS, SAMPLES
-from streams.core import CoreConfig
-from streams.join import tune_gc
-from streams.process import Processor
+from gpugap.schemas import decode
+from gpugap.schemas.clock import SECOND_MS
+from gpugap.schemas.topics import ALLOCATIONS, SAMPLES
+from gpugap.streams.core import CoreConfig
+from gpugap.streams.join import tune_gc
+from gpugap.streams.process import Processor
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 

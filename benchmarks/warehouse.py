@@ -11,10 +11,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from groundfloor.settings import ClickHouseSettings
-from warehouse.client import client_options, connect
-from warehouse.migrate import migrations
-from warehouse.rows import DAILY, ROLLUP
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.warehouse.client import client_options, connect
+from gpugap.warehouse.migrate import migrations
+from gpugap.warehouse.rows import DAILY, ROLLUP
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

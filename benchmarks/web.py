@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.settings import ClickHouseSettings
 
 DATABASE = "gpugap_bench_web"
 READER_PASSWORD = "bench-reader"  # the endpoint's read-only user, which the page queries as
@@ -32,7 +32,7 @@ def _say(msg: str) -> None:
 def _load_synthetic(settings: ClickHouseSettings, rows: int) -> None:
     from benchmarks.report import ALERTS, settle
     from benchmarks.warehouse import START, load
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     client = connect(settings)
     try:

@@ -35,9 +35,9 @@ from benchmarks.processes import ENGINES, cpu_seconds, metrics, stop
 from benchmarks.processes import engines as engines_arg
 from benchmarks.topics import preload
 from benchmarks.worker_inproc import Rate, bench_core, bench_decode, decoded, estate
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas.topics import SAMPLES
 from gpugap.services.kafka import free_port
-from groundfloor.settings import KafkaSettings
-from schemas.topics import SAMPLES
 
 
 def run_worker(
@@ -141,8 +141,8 @@ def _measure(
 def bench_throughput(
     samples: int, repeats: int, engines: Sequence[str], profile: Path | None = None
 ) -> list[str]:
+    from gpugap.groundfloor.settings import ServicesSettings
     from gpugap.services.kafka import LocalKafka
-    from groundfloor.settings import ServicesSettings
 
     messages, what = estate(samples)
     good = decoded(messages)

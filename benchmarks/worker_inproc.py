@@ -16,12 +16,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from schemas import NodeSample, Record, by_name, decode
-from schemas.errors import InvalidRecord
-from schemas.topics import SAMPLES
-from streams.core import ms
-from streams.join import tune_gc
-from streams.process import Processor
+from gpugap.schemas import NodeSample, Record, by_name, decode
+from gpugap.schemas.errors import InvalidRecord
+from gpugap.schemas.topics import SAMPLES
+from gpugap.streams.core import ms
+from gpugap.streams.join import tune_gc
+from gpugap.streams.process import Processor
 from tests.harness.capture import Capture, Msg
 
 START = (-120, 600)  # allocations start within this span around the window's start (s)

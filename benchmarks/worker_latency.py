@@ -37,13 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.processes import metrics, stop
-from gpugap.services.kafka import free_port
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import ClickHouseSettings, KafkaSettings
-from schemas import TOPICS, GpuSample, NodeSample, SlurmJobEvent, decode
-from schemas.models import NodeGpus
-from schemas.topics import ALERTS, SAMPLES, SLURM_JOBS
-from schemas.types import (
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings
+from gpugap.schemas import TOPICS, GpuSample, NodeSample, SlurmJobEvent, decode
+from gpugap.schemas.models import NodeGpus
+from gpugap.schemas.topics import ALERTS, SAMPLES, SLURM_JOBS
+from gpugap.schemas.types import (
     ActivityMetric,
     AlertKind,
     AlertState,
@@ -52,6 +51,7 @@ from schemas.types import (
     SampleSource,
     SlurmJobState,
 )
+from gpugap.services.kafka import free_port
 
 CLUSTER = "bench"
 HISTORY_S = 11 * 60  # published first: an alert needs 10 idle minutes
@@ -209,7 +209,7 @@ async def watch_alerts(kafka: KafkaSettings, since: float, seen: Seen, stop: asy
 async def watch_tables(
     ch: ClickHouseSettings, since: float, seen: Seen, stop: asyncio.Event
 ) -> None:
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     client = connect(ch)
     counts: dict[int, int] = {}
@@ -337,11 +337,11 @@ def bench_latency(
     source checkout: built like the tests build it), and when each alert shows in its API.
     ``watch``: given the running parts, a coroutine run beside the measuring ones for the
     live part (the soak's minute-by-minute report)."""
+    from gpugap.groundfloor.settings import ServicesSettings
     from gpugap.services.kafka import LocalKafka
-    from groundfloor.settings import ServicesSettings
+    from gpugap.warehouse.migrate import migrate
     from tests.harness.embedded_clickhouse import EmbeddedClickHouse
     from tests.harness.topics import create_topics
-    from warehouse.migrate import migrate
 
     with tempfile.TemporaryDirectory(prefix="gpugap-bench-latency-") as tmp:
         broker = LocalKafka.ephemeral(ServicesSettings(), Path(tmp))

@@ -26,11 +26,11 @@ from typing import Any
 from benchmarks.processes import metrics, stop
 from benchmarks.worker import run_passthrough
 from benchmarks.worker_inproc import decoded, estate
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import TOPICS
+from gpugap.schemas.topics import SAMPLES
 from gpugap.services.kafka import free_port
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings
-from schemas import TOPICS
-from schemas.topics import SAMPLES
 from tests.harness.topics import create_topics
 
 PARTITIONS = 2
@@ -88,8 +88,8 @@ def run_group(
 
 
 def main(samples: int = 100_000, repeats: int = 3) -> int:
+    from gpugap.groundfloor.settings import ServicesSettings
     from gpugap.services.kafka import LocalKafka
-    from groundfloor.settings import ServicesSettings
 
     messages, what = estate(samples)
     expected = len(decoded(messages))

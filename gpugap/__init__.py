@@ -1,5 +1,5 @@
 """gpugap: allocated vs consumed GPU-hours across Slurm and Kubernetes."""
 
-from groundfloor import __version__
+from gpugap.groundfloor import __version__
 
 __all__ = ["__version__"]

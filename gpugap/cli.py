@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpugap import __version__
-from groundfloor import logs
-from groundfloor.plugin import LOCAL_MODULES, missing_extra, require
-from schemas.errors import ConfigError, FatalError, GpugapError
+from gpugap.groundfloor import logs
+from gpugap.groundfloor.plugin import LOCAL_MODULES, missing_extra, require
+from gpugap.schemas.errors import ConfigError, FatalError, GpugapError
 
 if TYPE_CHECKING:
-    from groundfloor.settings import Settings
+    from gpugap.groundfloor.settings import Settings
 
 
 def _settings() -> Settings:
-    from groundfloor.settings import load
+    from gpugap.groundfloor.settings import load
 
     settings = load()
     logging.getLogger().setLevel(settings.log_level)
@@ -31,9 +31,9 @@ def _settings() -> Settings:
 
 
 def _config_show(args: argparse.Namespace) -> int:
-    from groundfloor.settings import read_part
-    from producers import REGISTRY, plugin
-    from streams.settings import WorkerSettings
+    from gpugap.groundfloor.settings import read_part
+    from gpugap.producers import REGISTRY, plugin
+    from gpugap.streams.settings import WorkerSettings
 
     data = _settings().masked()
     data["worker"] = json.loads(read_part(WorkerSettings).model_dump_json())  # GPUGAP_WORKER_*
@@ -42,8 +42,8 @@ def _config_show(args: argparse.Namespace) -> int:
         cfg = plugin(name).config()
         if cfg is not None:
             data["producers"][name] = json.loads(cfg.model_dump_json())
-    from sinks import REGISTRY as SINKS
-    from sinks import plugin as sink_plugin
+    from gpugap.sinks import REGISTRY as SINKS
+    from gpugap.sinks import plugin as sink_plugin
 
     data["sinks"] = {}
     for name in SINKS:  # the alert targets' (GPUGAP_SLACK_*...): secrets masked
@@ -55,7 +55,7 @@ def _config_show(args: argparse.Namespace) -> int:
 
 
 def _schemas_export(args: argparse.Namespace) -> int:
-    from schemas.export import export
+    from gpugap.schemas.export import export
 
     for path in export(Path(args.dir)):
         print(path)
@@ -94,8 +94,8 @@ def _services(args: argparse.Namespace) -> int:
 
 def _clickhouse_serve(args: argparse.Namespace) -> int:
     require("gpugap clickhouse serve", "local", LOCAL_MODULES)
-    from warehouse.embedded import users_from
-    from warehouse.embedded.serve import serve
+    from gpugap.warehouse.embedded import users_from
+    from gpugap.warehouse.embedded.serve import serve
 
     settings = _settings()
     svc = settings.services
@@ -112,14 +112,14 @@ def _clickhouse_serve(args: argparse.Namespace) -> int:
 
 def _db_migrate(args: argparse.Namespace) -> int:
     if args.cluster:  # print, for a person to review and apply: nothing is connected to
-        from warehouse.cluster import cluster_statements
-        from warehouse.migrate import migrations
+        from gpugap.warehouse.cluster import cluster_statements
+        from gpugap.warehouse.migrate import migrations
 
         for statement in cluster_statements(migrations(), args.cluster):
             print(statement if statement.startswith("--") else statement + ";\n")
         return 0
     require("gpugap db migrate", "clickhouse", ("clickhouse_connect",))
-    from warehouse.migrate import migrate
+    from gpugap.warehouse.migrate import migrate
 
     settings = _settings().clickhouse
     applied = migrate(settings)
@@ -133,7 +133,7 @@ def _db_migrate(args: argparse.Namespace) -> int:
 
 
 def _sink(args: argparse.Namespace) -> int:
-    from sinks import plugin
+    from gpugap.sinks import plugin
 
     spec = plugin(args.name)
     cfg = spec.config(args)
@@ -149,9 +149,9 @@ def _sink(args: argparse.Namespace) -> int:
 def _run_sinks(settings: Settings, sinks: Sequence[Any], kind: str) -> None:
     """Run sinks until SIGTERM/SIGINT, one consumer group each (``gpugap-<kind>-<name>``: a
     slow or broken one never holds back another), sharing one dead-letter publisher."""
-    from groundfloor.kafka.consume import DeadLetters
-    from groundfloor.kafka.publish import KafkaPublisher
-    from groundfloor.kafka.trust import ClusterTrust
+    from gpugap.groundfloor.kafka.consume import DeadLetters
+    from gpugap.groundfloor.kafka.publish import KafkaPublisher
+    from gpugap.groundfloor.kafka.trust import ClusterTrust
 
     trust = ClusterTrust.from_settings(settings.kafka)  # docs/kafka-trust.md
 
@@ -178,7 +178,7 @@ def _run_sinks(settings: Settings, sinks: Sequence[Any], kind: str) -> None:
 def _notify(args: argparse.Namespace) -> int:
     import os
 
-    from sinks import plugin
+    from gpugap.sinks import plugin
 
     names = args.names or [
         n.strip() for n in os.environ.get("GPUGAP_NOTIFY_TARGETS", "").split(",") if n.strip()
@@ -199,14 +199,14 @@ def _notify(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from producers import plugin
+    from gpugap.producers import plugin
 
     spec = plugin(args.name)
     cfg = spec.config(args)
     producer_cls = spec.load()
     settings = _settings()
-    from groundfloor.kafka.publish import open_publisher
-    from producers import run_producer
+    from gpugap.groundfloor.kafka.publish import open_publisher
+    from gpugap.producers import run_producer
 
     producer = producer_cls(settings) if cfg is None else producer_cls(settings, cfg)
     if args.interval is not None:
@@ -226,7 +226,7 @@ def _plugin_commands(
     kind: str,
 ) -> None:
     """One subcommand per registered plugin of ``kind``, with the common flags and its own."""
-    from groundfloor.plugin import lookup
+    from gpugap.groundfloor.plugin import lookup
 
     for name in registry:
         spec = lookup(registry, name, "part")
@@ -308,9 +308,9 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one block per c
         "shard behind Distributed ones, ON CLUSTER), for a person to apply",
     )
 
-    from groundfloor.plugin import lookup
-    from producers import REGISTRY as PRODUCERS
-    from sinks import REGISTRY as SINKS
+    from gpugap.groundfloor.plugin import lookup
+    from gpugap.producers import REGISTRY as PRODUCERS
+    from gpugap.sinks import REGISTRY as SINKS
 
     sink = sub.add_parser("sink", help="run a sink: Kafka topics into a store")
     _plugin_commands(
@@ -348,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one block per c
     from gpugap.cli_demo import register as register_demo  # demo, web
 
     register_demo(sub, cmd)
-    from streams.cli import register as register_streams  # worker
+    from gpugap.streams.cli import register as register_streams  # worker
 
     register_streams(sub, cmd)
     from gpugap.cli_report import register as register_report  # report, sql
@@ -360,10 +360,10 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one block per c
     from gpugap.recommend.cli import register as register_recommend  # recommend ...
 
     register_recommend(sub, cmd)
-    from producers.slurm.cli import register as register_slurm  # slurm-hook, produce --since
+    from gpugap.producers.slurm.cli import register as register_slurm  # slurm-hook, produce --since
 
     register_slurm(sub, cmd)
-    from producers.backfill.cli import register as register_backfill  # backfill SOURCE
+    from gpugap.producers.backfill.cli import register as register_backfill  # backfill SOURCE
 
     register_backfill(sub, cmd)
     return p
@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one block per c
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["slurm-hook"]:  # slurmctld runs it per job: no parser, no heavy imports
-        from producers.slurm.hook_command import main as slurm_hook
+        from gpugap.producers.slurm.hook_command import main as slurm_hook
 
         return slurm_hook(argv[1:])
     args = build_parser().parse_args(argv)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugap.demo import DemoOptions, run_demo
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 
 def register(sub: Any, cmd: Any) -> None:
@@ -51,7 +51,7 @@ def register(sub: Any, cmd: Any) -> None:
 
 
 def _demo_cmd(args: Any) -> int:
-    from groundfloor.plugin import require
+    from gpugap.groundfloor.plugin import require
 
     require("gpugap demo", "all", ("faust", "chdb", "aiohttp", "clickhouse_connect"))
     if args.duration is not None and args.duration <= 0:

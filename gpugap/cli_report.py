@@ -11,10 +11,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 if TYPE_CHECKING:
-    from groundfloor.settings import ClickHouseSettings
+    from gpugap.groundfloor.settings import ClickHouseSettings
 
 Cmd = Callable[..., argparse.ArgumentParser]
 _DIMENSIONS = "class, scheduler, team, cluster, allocation"
@@ -96,11 +96,11 @@ def _clickhouse_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> ClickHouseSettings:
-    from groundfloor.plugin import require
+    from gpugap.groundfloor.plugin import require
 
     require(f"gpugap {args.command}", "clickhouse", ("clickhouse_connect",))
-    from groundfloor.settings import load
-    from warehouse.client import client_options
+    from gpugap.groundfloor.settings import load
+    from gpugap.warehouse.client import client_options
 
     settings = load().clickhouse
     if args.clickhouse:
@@ -119,7 +119,7 @@ def _report(args: argparse.Namespace) -> int:
         render,
         report_schema,
     )
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     if args.schema:
         schema = report_schema()
@@ -165,7 +165,7 @@ def _digest(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from gpugap.digest import send_digests
-    from groundfloor.settings import load
+    from gpugap.groundfloor.settings import load
 
     ch = _settings(args)
     settings = load()
@@ -189,7 +189,7 @@ def _digest(args: argparse.Namespace) -> int:
 def _sql(args: argparse.Namespace) -> int:
     from gpugap.report import FORMATS
     from gpugap.report.table import results
-    from warehouse.client import connect, run_query
+    from gpugap.warehouse.client import connect, run_query
 
     if args.format not in FORMATS:
         raise ConfigError(f"unknown --format {args.format!r}: choose one of {', '.join(FORMATS)}")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 Cmd = Callable[..., argparse.ArgumentParser]
 
@@ -98,10 +98,10 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from gpugap.groundfloor.kafka.publish import open_publisher
+    from gpugap.groundfloor.settings import load
+    from gpugap.producers.base import run_producer
     from gpugap.simulator.simulator import Simulator, truth_path_for
-    from groundfloor.kafka.publish import open_publisher
-    from groundfloor.settings import load
-    from producers.base import run_producer
 
     settings = load()
     truth = Path(args.truth) if args.truth else truth_path_for(args.out)
@@ -124,8 +124,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from groundfloor.settings import load
-    from producers.replay.record import record
+    from gpugap.groundfloor.settings import load
+    from gpugap.producers.replay.record import record
 
     counts = asyncio.run(
         record(load().kafka, args.topics, args.out, idle_timeout_s=args.idle_timeout)
@@ -136,10 +136,10 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from groundfloor.kafka.publish import open_publisher
-    from groundfloor.settings import load
-    from producers.base import run_producer
-    from producers.replay.producer import Replay
+    from gpugap.groundfloor.kafka.publish import open_publisher
+    from gpugap.groundfloor.settings import load
+    from gpugap.producers.base import run_producer
+    from gpugap.producers.replay.producer import Replay
 
     settings = load()
     speed = args.speed if args.speed and not args.as_fast_as_possible else None

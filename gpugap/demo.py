@@ -26,11 +26,11 @@ from typing import Any
 from pydantic import SecretStr
 
 from gpugap.demo_watch import against_truth, create_topics, worker_metrics
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings, load
+from gpugap.schemas.errors import ConfigError, ServiceError
 from gpugap.services.kafka import free_port
-from groundfloor.settings import ClickHouseSettings, KafkaSettings, load
-from schemas.errors import ConfigError, ServiceError
-from warehouse.embedded.password import password_file
-from warehouse.embedded.password import read as read_password
+from gpugap.warehouse.embedded.password import password_file
+from gpugap.warehouse.embedded.password import read as read_password
 
 PREFIX = "demo."
 GPUGAP = [sys.executable, "-m", "gpugap"]
@@ -74,8 +74,8 @@ class Demo:
     def _start_kafka(self, state: Path) -> str:
         if self.opts.kafka:
             return self.opts.kafka
+        from gpugap.groundfloor.settings import ServicesSettings
         from gpugap.services.kafka import LocalKafka
-        from groundfloor.settings import ServicesSettings
 
         self._say("starting Kafka (KRaft, local broker; the first run downloads its jars)")
         self.kafka_service = LocalKafka.ephemeral(ServicesSettings(), state / "kafka")
@@ -122,7 +122,7 @@ class Demo:
     # --- the run ---------------------------------------------------------------------------
 
     def run(self) -> int:
-        from warehouse.migrate import migrate
+        from gpugap.warehouse.migrate import migrate
 
         self.tmp = self.opts.data_dir or Path(tempfile.mkdtemp(prefix="gpugap-demo-"))
         bootstrap = self._start_kafka(self.tmp)
@@ -201,7 +201,7 @@ class Demo:
     def _queue(self, ch: ClickHouseSettings, since: Any, until: Any) -> Any:
         """The report's queue section (gpugap report --queue): waits and the padding's cost."""
         from gpugap.queue.report import build_queue
-        from warehouse.client import connect
+        from gpugap.warehouse.client import connect
 
         client = connect(ch)
         try:
@@ -244,9 +244,9 @@ class Demo:
         produced is stored and rolled up (asked of the broker and the warehouse: a busy
         worker's /metrics may not answer, and its gauges between two batches say little)."""
         from gpugap.demo_watch import Watch, stale_rollups
-        from schemas.topics import SAMPLES
-        from sinks import plugin as sink_plugin
-        from warehouse.client import connect
+        from gpugap.schemas.topics import SAMPLES
+        from gpugap.sinks import plugin as sink_plugin
+        from gpugap.warehouse.client import connect
 
         assert self.kafka is not None
         client = connect(ch)

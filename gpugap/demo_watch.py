@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from groundfloor.settings import KafkaSettings
+from gpugap.groundfloor.settings import KafkaSettings
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Watch:
 def stale_rollups(client: Any) -> int:
     """Hours and days whose rollup is older than the rows under them (the sink rolls up a
     moment after it stores): the report must not be read before this is 0."""
-    from warehouse.rows import STALE_DAYS, STALE_HOURS
+    from gpugap.warehouse.rows import STALE_DAYS, STALE_HOURS
 
     return sum(len(client.query(q).result_rows) for q in (STALE_HOURS, STALE_DAYS))
 
@@ -111,7 +111,7 @@ def create_topics(kafka: KafkaSettings, group: str) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-    from schemas import TOPICS
+    from gpugap.schemas import TOPICS
 
     async def create() -> None:
         admin = AIOKafkaAdminClient(**kafka.client_options())

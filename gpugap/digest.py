@@ -18,8 +18,8 @@ from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Any
 
-from groundfloor.settings import ClickHouseSettings
-from schemas.errors import ConfigError
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.schemas.errors import ConfigError
 
 #: the day's allocations with the most gap, per owner
 QUERY = """
@@ -48,7 +48,7 @@ class Row:
 
 
 def fetch(ch: ClickHouseSettings, day: date, top: int, min_gap_gpu_h: float) -> list[Row]:
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     client = connect(ch)
     try:
@@ -61,7 +61,7 @@ def fetch(ch: ClickHouseSettings, day: date, top: int, min_gap_gpu_h: float) -> 
 
 
 def compose(owner: str, rows: list[Row], day: date, sender: str, to: str) -> EmailMessage:
-    from groundfloor.text import NAME_MAX, clean, sql_string
+    from gpugap.groundfloor.text import NAME_MAX, clean, sql_string
 
     total = sum(r.gap_gpu_h for r in rows)
     msg = EmailMessage()
@@ -102,7 +102,7 @@ def send_digests(
 ) -> list[tuple[str, str]]:
     """Mail each owner their digest; (owner, address) of every mail sent (or, dry, composed).
     Owners whose name is not a plain user name are skipped (never mailed)."""
-    from sinks import plugin
+    from gpugap.sinks import plugin
 
     email = plugin("email")  # through the registry: the application never imports a sink
     cfg: Any = email.config()

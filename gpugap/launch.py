@@ -7,7 +7,7 @@ import sys
 
 def main() -> int:
     if sys.argv[1:2] == ["slurm-hook"]:
-        from producers.slurm.hook_command import main as slurm_hook
+        from gpugap.producers.slurm.hook_command import main as slurm_hook
 
         return slurm_hook(sys.argv[2:])
     from gpugap.cli import main as cli_main

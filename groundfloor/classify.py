@@ -22,7 +22,7 @@ from fnmatch import fnmatchcase
 
 from pydantic import BaseModel, ConfigDict
 
-from schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, WorkloadClass
 
 CLASS_LABEL = "gpugap.io/workload-class"
 GANG_LABEL = "gpugap.io/gang"

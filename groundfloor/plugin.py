@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 #: import name -> the distribution that provides it, for the missing-extra message
 _DISTRIBUTIONS = {

@@ -25,9 +25,9 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings
 
-from groundfloor.settings import env_config
-from schemas.errors import ConfigError
-from schemas.shares import mig_share
+from gpugap.groundfloor.settings import env_config
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.shares import mig_share
 
 HOURS_PER_YEAR = 8760.0
 Money = Annotated[float, Field(ge=0.0, le=1e9)]

@@ -24,9 +24,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from schemas.errors import ConfigError
-from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, TRANSFERS
-from schemas.types import CLUSTER_PATTERN, Scheduler, WorkloadClass, normal_text
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, TRANSFERS
+from gpugap.schemas.types import CLUSTER_PATTERN, Scheduler, WorkloadClass, normal_text
 
 PartT = TypeVar("PartT", bound=BaseSettings)
 

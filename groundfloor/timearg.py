@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)$")
 _EPOCH = re.compile(r"^\d{9,11}(\.\d+)?$")  # epoch seconds (1973 to 5138), not a year

@@ -11,18 +11,18 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (see __ge
 if TYPE_CHECKING:
     from typing import Any
 
-    from groundfloor.plugin import Plugin
+    from gpugap.groundfloor.plugin import Plugin
 
     from .base import Producer, run_producer
 
 #: name -> "module:PLUGIN"
 REGISTRY: dict[str, str] = {
-    "nvml": "producers.nvml.plugin:PLUGIN",
-    "dcgm": "producers.dcgm.plugin:PLUGIN",
-    "kubernetes": "producers.kubernetes.plugin:PLUGIN",
-    "slurm": "producers.slurm.plugin:PLUGIN",
-    "transfers-csv": "producers.transfers.plugin:PLUGIN",
-    "transfers-prometheus": "producers.transfers.plugin_prometheus:PLUGIN",
+    "nvml": "gpugap.producers.nvml.plugin:PLUGIN",
+    "dcgm": "gpugap.producers.dcgm.plugin:PLUGIN",
+    "kubernetes": "gpugap.producers.kubernetes.plugin:PLUGIN",
+    "slurm": "gpugap.producers.slurm.plugin:PLUGIN",
+    "transfers-csv": "gpugap.producers.transfers.plugin:PLUGIN",
+    "transfers-prometheus": "gpugap.producers.transfers.plugin_prometheus:PLUGIN",
 }
 
 
@@ -33,12 +33,12 @@ def __getattr__(name: str) -> Any:
         from . import base
 
         return getattr(base, name)
-    raise AttributeError(f"module 'producers' has no attribute {name!r}")
+    raise AttributeError(f"module 'gpugap.producers' has no attribute {name!r}")
 
 
 def plugin(name: str) -> Plugin:
     """The declaration of producer NAME (ConfigError naming the known ones if none)."""
-    from groundfloor.plugin import lookup
+    from gpugap.groundfloor.plugin import lookup
 
     return lookup(REGISTRY, name, "producer")
 

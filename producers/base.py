@@ -13,9 +13,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from groundfloor.kafka.publish import Publisher
-from groundfloor.settings import Settings
-from schemas import Record, Topic
+from gpugap.groundfloor.kafka.publish import Publisher
+from gpugap.groundfloor.settings import Settings
+from gpugap.schemas import Record, Topic
 
 log = logging.getLogger(__name__)
 

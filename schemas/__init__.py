@@ -1,7 +1,7 @@
 """Records, topics and the codec shared by producers, streams and sinks."""
 
-from schemas.codec import decode, encode
-from schemas.models import (
+from gpugap.schemas.codec import decode, encode
+from gpugap.schemas.models import (
     Alert,
     AlertDelivery,
     AllocationEvent,
@@ -17,8 +17,8 @@ from schemas.models import (
     SharingPod,
     SlurmJobEvent,
 )
-from schemas.topics import TOPICS, Topic, by_name
-from schemas.types import format_utc, to_utc, utc_now
+from gpugap.schemas.topics import TOPICS, Topic, by_name
+from gpugap.schemas.types import format_utc, to_utc, utc_now
 
 __all__ = [
     "TOPICS",

@@ -7,10 +7,10 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from schemas.errors import MalformedRecord, SchemaViolation
-from schemas.models import Record
-from schemas.topics import Topic
-from schemas.types import GPU_UUID_PATTERN
+from gpugap.schemas.errors import MalformedRecord, SchemaViolation
+from gpugap.schemas.models import Record
+from gpugap.schemas.topics import Topic
+from gpugap.schemas.types import GPU_UUID_PATTERN
 
 M = TypeVar("M", bound=Record)
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas.clock import DAY_S
-from schemas.models import (
+from gpugap.schemas.clock import DAY_S
+from gpugap.schemas.models import (
     Alert,
     AlertDelivery,
     AllocationEvent,
@@ -29,7 +29,7 @@ from schemas.models import (
     SlurmJobEvent,
     Transfer,
 )
-from schemas.types import ActivityMetric, SampleSource
+from gpugap.schemas.types import ActivityMetric, SampleSource
 
 #: when the examples happen (a fixed instant, so they are the same on every run)
 START = datetime(2026, 11, 1, tzinfo=UTC)

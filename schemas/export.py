@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from schemas.topics import TOPICS, Topic
+from gpugap.schemas.topics import TOPICS, Topic
 
 
 def json_schema(topic: Topic[Any]) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.clock import MINUTE_S
-from schemas.types import (
+from gpugap.schemas.clock import MINUTE_S
+from gpugap.schemas.types import (
     MAX_GANG_SIZE,
     MAX_GPU_INDEX,
     MAX_GPUS_PER_JOB,

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from schemas.errors import UnknownTopic
-from schemas.models import (
+from gpugap.schemas.errors import UnknownTopic
+from gpugap.schemas.models import (
     Alert,
     AlertDelivery,
     AllocationEvent,

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, PlainSerializer, Strict, StringConstraints
 
-from schemas.clock import HOUR_S, MILLISECOND_US
+from gpugap.schemas.clock import HOUR_S, MILLISECOND_US
 
 _HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 #: ``GPU-<uuid>``, ``MIG-<uuid>`` (R470+ drivers) or ``MIG-GPU-<uuid>/<gi>/<ci>`` (older drivers).

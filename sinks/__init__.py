@@ -7,23 +7,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from groundfloor.plugin import Plugin
+    from gpugap.groundfloor.plugin import Plugin
 
 #: name -> "module:PLUGIN"
 REGISTRY: dict[str, str] = {
-    "clickhouse": "sinks.clickhouse.plugin:PLUGIN",
+    "clickhouse": "gpugap.sinks.clickhouse.plugin:PLUGIN",
     # alert targets (``gpugap notify NAME...``): sinks of alerts.v1 on sinks/alerting.py
-    "alertmanager": "sinks.alertmanager.plugin:PLUGIN",
-    "slack": "sinks.slack.plugin:PLUGIN",
-    "webhook": "sinks.webhook.plugin:PLUGIN",
-    "email": "sinks.email.plugin:PLUGIN",
-    "console": "sinks.console.plugin:PLUGIN",
+    "alertmanager": "gpugap.sinks.alertmanager.plugin:PLUGIN",
+    "slack": "gpugap.sinks.slack.plugin:PLUGIN",
+    "webhook": "gpugap.sinks.webhook.plugin:PLUGIN",
+    "email": "gpugap.sinks.email.plugin:PLUGIN",
+    "console": "gpugap.sinks.console.plugin:PLUGIN",
 }
 
 
 def plugin(name: str) -> Plugin:
     """The declaration of sink NAME (ConfigError naming the known ones if none)."""
-    from groundfloor.plugin import lookup
+    from gpugap.groundfloor.plugin import lookup
 
     return lookup(REGISTRY, name, "sink")
 

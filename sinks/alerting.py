@@ -28,13 +28,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
-from groundfloor.kafka.consume import read_topic
-from groundfloor.settings import KafkaSettings, Settings
-from schemas import Alert, AlertDelivery, Record, utc_now
-from schemas.topics import ALERTS, DELIVERIES
-from schemas.types import AlertState, DeliveryOutcome
-from sinks.base import BatchingSink, Rejected
-from sinks.routing import TargetSettings
+from gpugap.groundfloor.kafka.consume import read_topic
+from gpugap.groundfloor.settings import KafkaSettings, Settings
+from gpugap.schemas import Alert, AlertDelivery, Record, utc_now
+from gpugap.schemas.topics import ALERTS, DELIVERIES
+from gpugap.schemas.types import AlertState, DeliveryOutcome
+from gpugap.sinks.base import BatchingSink, Rejected
+from gpugap.sinks.routing import TargetSettings
 
 log = logging.getLogger(__name__)
 

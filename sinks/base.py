@@ -16,11 +16,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from groundfloor.kafka.consume import DeadLetters, RawMessage, consume
-from groundfloor.settings import KafkaSettings, Settings
-from schemas import Record, Topic
-from schemas.errors import InvalidRecord, RetriableError
-from schemas.types import DeadLetterKind
+from gpugap.groundfloor.kafka.consume import DeadLetters, RawMessage, consume
+from gpugap.groundfloor.settings import KafkaSettings, Settings
+from gpugap.schemas import Record, Topic
+from gpugap.schemas.errors import InvalidRecord, RetriableError
+from gpugap.schemas.types import DeadLetterKind
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 import aiohttp
 from yarl import URL
 
-from groundfloor import __version__
-from groundfloor.text import clean
-from schemas.errors import ConfigError, RetriableError
-from sinks.alerting import AlertTarget, Refused
+from gpugap.groundfloor import __version__
+from gpugap.groundfloor.text import clean
+from gpugap.schemas.errors import ConfigError, RetriableError
+from gpugap.sinks.alerting import AlertTarget, Refused
 
 #: how much of an answer's body is read and quoted in a refusal
 ANSWER_MAX = 300

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import quote
 
-from groundfloor.text import NAME_MAX, clean, cut, sql_string
-from schemas import Alert
-from schemas.errors import ConfigError
-from schemas.types import AlertKind, AlertState
+from gpugap.groundfloor.text import NAME_MAX, clean, cut, sql_string
+from gpugap.schemas import Alert
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.types import AlertKind, AlertState
 
 #: bounds of untrusted values (characters, before any escaping)
 TITLE_NAME_MAX = 60

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from groundfloor.settings import CommaList, comma_list
-from schemas import Alert
+from gpugap.groundfloor.settings import CommaList, comma_list
+from gpugap.schemas import Alert
 
 
 class TargetSettings(BaseSettings):

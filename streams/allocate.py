@@ -16,10 +16,10 @@ Workload classes: the class an event carries wins, else groundfloor.classify's b
 
 from __future__ import annotations
 
-from groundfloor.classify import Owner, classify_pod, classify_slurm
-from schemas.clock import HOUR_MS, HOUR_S, MINUTE_MS, SECOND_MS, at, ms, parse_utc
-from schemas.models import Alert, AllocationEvent, K8sPodEvent, SlurmJobEvent
-from schemas.types import (
+from gpugap.groundfloor.classify import Owner, classify_pod, classify_slurm
+from gpugap.schemas.clock import HOUR_MS, HOUR_S, MINUTE_MS, SECOND_MS, at, ms, parse_utc
+from gpugap.schemas.models import Alert, AllocationEvent, K8sPodEvent, SlurmJobEvent
+from gpugap.schemas.types import (
     MAX_GPUS_PER_NODE,
     AlertKind,
     AlertState,
@@ -29,7 +29,7 @@ from schemas.types import (
     WorkloadClass,
     format_utc,
 )
-from streams.state import Gang, GangAlert, GangsState
+from gpugap.streams.state import Gang, GangAlert, GangsState
 
 #: how long a finished gang is remembered, so its pods' late events raise nothing
 DONE_RETAIN_MS = HOUR_MS

@@ -1,4 +1,4 @@
-"""The Faust app: ``gpugap worker`` (or ``faust -A streams.app worker -l info``).
+"""The Faust app: ``gpugap worker`` (or ``faust -A gpugap.streams.app worker -l info``).
 
 One agent, ``join``, reads ``gpu.samples.v1``, ``slurm.jobs.v1`` and ``k8s.pods.v1`` with
 ``concurrency=1`` (faust-streaming #606: more can commit past in-flight messages) in batches
@@ -23,16 +23,16 @@ from typing import Any
 
 import faust
 
-from groundfloor.settings import KafkaSettings, Settings
-from schemas.errors import FatalError
-from schemas.topics import SAMPLES
-from streams.join import check_copartitioned, input_topics
-from streams.runtime import AppOptions, WorkerRuntime, episodes_topic, state_topic
+from gpugap.groundfloor.settings import KafkaSettings, Settings
+from gpugap.schemas.errors import FatalError
+from gpugap.schemas.topics import SAMPLES
+from gpugap.streams.join import check_copartitioned, input_topics
+from gpugap.streams.runtime import AppOptions, WorkerRuntime, episodes_topic, state_topic
 
 __all__ = ["AppOptions", "FaustEngine", "WorkerRuntime", "create_app", "run"]
 
 
-app: faust.App  # for ``faust -A streams.app``: built from the environment on first access
+app: faust.App  # for ``faust -A gpugap.streams.app``: built from the environment on first access
 
 
 class FaustEngine:
@@ -219,8 +219,8 @@ def _prepare(kafka: KafkaSettings, group: str) -> int:
 
 
 async def _shards(kafka: KafkaSettings, group: str) -> int:
-    from groundfloor.kafka.admin import ensure_topics, partition_counts, prepare
-    from groundfloor.kafka.trust import ClusterTrust
+    from gpugap.groundfloor.kafka.admin import ensure_topics, partition_counts, prepare
+    from gpugap.groundfloor.kafka.trust import ClusterTrust
 
     app_id = f"{kafka.topic_prefix}{group}"
     trust = ClusterTrust.from_settings(kafka)
@@ -249,13 +249,13 @@ async def _shards(kafka: KafkaSettings, group: str) -> int:
 
 
 def __getattr__(name: str) -> Any:
-    # ``faust -A streams.app worker``: the app from the environment, built on first access
+    # ``faust -A gpugap.streams.app worker``: the app from the environment, built on first access
     if name == "app":
-        from groundfloor.settings import load, read_part
-        from streams.settings import WorkerSettings
+        from gpugap.groundfloor.settings import load, read_part
+        from gpugap.streams.settings import WorkerSettings
 
         global app
-        from streams.core import CoreConfig, state_bounds
+        from gpugap.streams.core import CoreConfig, state_bounds
 
         settings = load()
         opts = AppOptions(

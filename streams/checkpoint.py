@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from streams.state import ProcessorState
+from gpugap.streams.state import ProcessorState
 
 Points = dict[str, Any]
 

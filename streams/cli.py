@@ -110,17 +110,17 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from groundfloor.plugin import require
-    from groundfloor.settings import load, read_part
+    from gpugap.groundfloor.plugin import require
+    from gpugap.groundfloor.settings import load, read_part
 
     require("gpugap worker", "worker", ("faust",))
-    from schemas.clock import SECOND_MS
-    from schemas.errors import ConfigError
-    from streams.core import CoreConfig, state_bounds
-    from streams.settings import WorkerSettings
+    from gpugap.schemas.clock import SECOND_MS
+    from gpugap.schemas.errors import ConfigError
+    from gpugap.streams.core import CoreConfig, state_bounds
+    from gpugap.streams.settings import WorkerSettings
 
     settings = load()
-    logging.getLogger("streams").setLevel(settings.log_level)
+    logging.getLogger("gpugap.streams").setLevel(settings.log_level)
     lateness = round(args.lateness * SECOND_MS)
     alert = round(args.alert_lateness * SECOND_MS)
     if not 0 <= alert <= lateness:
@@ -139,10 +139,10 @@ def _worker(args: argparse.Namespace) -> int:
     if args.http:
         host, _, port = args.http.rpartition(":")
         web = (host or "127.0.0.1", int(port))
-    from streams.join import tune_gc
+    from gpugap.streams.join import tune_gc
 
     tune_gc()
-    from streams.app import AppOptions, run
+    from gpugap.streams.app import AppOptions, run
 
     opts = AppOptions(
         group=args.group,
@@ -168,8 +168,8 @@ def _worker(args: argparse.Namespace) -> int:
 def idle_config(idle: Any, threshold: float | None = None, minutes: int | None = None) -> Any:
     """The stream's IdleConfig from the idle settings (IdleSettings), with the flags' overrides
     of the defaults (per-class values stay as configured)."""
-    from schemas.errors import ConfigError
-    from streams.idle_policy import Exemption, IdleConfig, Rule, match_fields
+    from gpugap.schemas.errors import ConfigError
+    from gpugap.streams.idle_policy import Exemption, IdleConfig, Rule, match_fields
 
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"--idle-threshold must be between 0 and 1, got {threshold}")

@@ -43,20 +43,26 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from schemas.clock import DAY_MS, MINUTE_MS, SECOND_MS, at, minute_floor, ms
-from schemas.models import Alert, AllocationEvent, GpuMinute, GpuSample, NodeSample, Record
-from schemas.shares import mig_share
-from schemas.types import (
+from gpugap.schemas.clock import DAY_MS, MINUTE_MS, SECOND_MS, at, minute_floor, ms
+from gpugap.schemas.models import Alert, AllocationEvent, GpuMinute, GpuSample, NodeSample, Record
+from gpugap.schemas.shares import mig_share
+from gpugap.schemas.types import (
     MAX_GPUS_PER_NODE,
     ActivityMetric,
     DeadLetterKind,
     LifecycleKind,
     format_utc,
 )
-from streams.detect_idle import IdleConfig, observe
-from streams.rows import held, in_life, learns, node_minutes, placeholder_uuid, pod_key
-from streams.state import NodeState, Span, new_alloc_state, new_node_state, upgrade_node_state
-from streams.window import Sample, sample_time
+from gpugap.streams.detect_idle import IdleConfig, observe
+from gpugap.streams.rows import held, in_life, learns, node_minutes, placeholder_uuid, pod_key
+from gpugap.streams.state import (
+    NodeState,
+    Span,
+    new_alloc_state,
+    new_node_state,
+    upgrade_node_state,
+)
+from gpugap.streams.window import Sample, sample_time
 
 # ms: benchmarks/worker_inproc.py reads it from here
 __all__ = [

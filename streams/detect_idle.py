@@ -15,11 +15,11 @@ a multi-node allocation into one alert.
 
 from __future__ import annotations
 
-from schemas.clock import HOUR_S, MINUTE_MS, MINUTE_S, at
-from schemas.models import Alert, GpuMinute
-from schemas.types import AlertKind, AlertState, Scheduler, WorkloadClass, format_utc
-from streams.idle_policy import Exemption, IdleConfig
-from streams.state import AllocState, Episode, IdleRun, IdleState
+from gpugap.schemas.clock import HOUR_S, MINUTE_MS, MINUTE_S, at
+from gpugap.schemas.models import Alert, GpuMinute
+from gpugap.schemas.types import AlertKind, AlertState, Scheduler, WorkloadClass, format_utc
+from gpugap.streams.idle_policy import Exemption, IdleConfig
+from gpugap.streams.state import AllocState, Episode, IdleRun, IdleState
 
 __all__ = ["Exemption", "IdleConfig", "is_idle_minute", "observe"]
 

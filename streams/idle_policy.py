@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from schemas.clock import MINUTE_MS
-from schemas.models import IdlePolicy
-from streams.state import AllocState
+from gpugap.schemas.clock import MINUTE_MS
+from gpugap.schemas.models import IdlePolicy
+from gpugap.streams.state import AllocState
 
 #: policies remembered before the memo starts again (bounded)
 MEMO_LIMIT = 10_000

@@ -37,19 +37,19 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from groundfloor.kafka.consume import DeadLetters, RawMessage
-from groundfloor.kafka.publish import Publisher
-from groundfloor.kafka.trust import ClusterTrust
-from schemas import Alert, K8sPodEvent, NodeSample, Record, SlurmJobEvent, decode, encode
-from schemas.clock import SECOND_MS, ms
-from schemas.errors import FatalError
-from schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
-from schemas.types import AlertKind, DeadLetterKind
-from streams.checkpoint import Points
-from streams.core import CoreConfig
-from streams.process import Processor, Result
-from streams.shards import Shards, partition_for
-from streams.stats import WorkerStats
+from gpugap.groundfloor.kafka.consume import DeadLetters, RawMessage
+from gpugap.groundfloor.kafka.publish import Publisher
+from gpugap.groundfloor.kafka.trust import ClusterTrust
+from gpugap.schemas import Alert, K8sPodEvent, NodeSample, Record, SlurmJobEvent, decode, encode
+from gpugap.schemas.clock import SECOND_MS, ms
+from gpugap.schemas.errors import FatalError
+from gpugap.schemas.topics import ALERTS, ALLOCATIONS, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
+from gpugap.schemas.types import AlertKind, DeadLetterKind
+from gpugap.streams.checkpoint import Points
+from gpugap.streams.core import CoreConfig
+from gpugap.streams.process import Processor, Result
+from gpugap.streams.shards import Shards, partition_for
+from gpugap.streams.stats import WorkerStats
 
 __all__ = [
     "GLOBAL_INPUTS",

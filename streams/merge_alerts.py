@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from schemas.clock import MINUTE_S, ms, parse_utc
-from schemas.models import Alert, episode_start
-from schemas.types import AlertKind, AlertState, format_utc
-from streams.state import Merged
+from gpugap.schemas.clock import MINUTE_S, ms, parse_utc
+from gpugap.schemas.models import Alert, episode_start
+from gpugap.schemas.types import AlertKind, AlertState, format_utc
+from gpugap.streams.state import Merged
 
 #: resolved episodes kept per allocation, and for how long (event time) past their end
 DONE_KEPT = 4

@@ -21,8 +21,8 @@ import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from schemas.clock import MINUTE_MS, SECOND_MS, at, ms
-from schemas.models import (
+from gpugap.schemas.clock import MINUTE_MS, SECOND_MS, at, ms
+from gpugap.schemas.models import (
     Alert,
     AllocationEvent,
     K8sPodEvent,
@@ -30,11 +30,11 @@ from schemas.models import (
     Record,
     SlurmJobEvent,
 )
-from schemas.types import DeadLetterKind
-from streams.allocate import GangTracker, from_pod, from_slurm
-from streams.core import CoreConfig, NodeCore, Output, Refused
-from streams.merge_alerts import AlertMerger
-from streams.state import NodeState, ProcessorState
+from gpugap.schemas.types import DeadLetterKind
+from gpugap.streams.allocate import GangTracker, from_pod, from_slurm
+from gpugap.streams.core import CoreConfig, NodeCore, Output, Refused
+from gpugap.streams.merge_alerts import AlertMerger
+from gpugap.streams.state import NodeState, ProcessorState
 
 #: rows per part of :meth:`Processor.advancing`
 ROWS_PER_PART = 10_000

@@ -15,12 +15,12 @@ from datetime import datetime
 from enum import StrEnum
 from itertools import pairwise
 
-from schemas.clock import MINUTE_MS, SECOND_MS, at
-from schemas.fast import trusted
-from schemas.models import GpuMinute, IdlePolicy
-from schemas.types import ActivityMetric, Scheduler, WorkloadClass
-from streams import window
-from streams.state import AllocState, NodeState, Span
+from gpugap.schemas.clock import MINUTE_MS, SECOND_MS, at
+from gpugap.schemas.fast import trusted
+from gpugap.schemas.models import GpuMinute, IdlePolicy
+from gpugap.schemas.types import ActivityMetric, Scheduler, WorkloadClass
+from gpugap.streams import window
+from gpugap.streams.state import AllocState, NodeState, Span
 
 #: enum members by value (the state holds values)
 ENUMS: dict[str, StrEnum] = {

@@ -26,15 +26,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from groundfloor.kafka.admin import partition_counts
-from groundfloor.kafka.consume import RawMessage, read_latest
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.kafka.trust import ClusterTrust
-from groundfloor.settings import KafkaSettings
-from schemas.topics import SAMPLES
-from streams.checkpoint import Points, resume_offset, start_offset
-from streams.core import CoreConfig
-from streams.join import Join
+from gpugap.groundfloor.kafka.admin import partition_counts
+from gpugap.groundfloor.kafka.consume import RawMessage, read_latest
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.kafka.trust import ClusterTrust
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas.topics import SAMPLES
+from gpugap.streams.checkpoint import Points, resume_offset, start_offset
+from gpugap.streams.core import CoreConfig
+from gpugap.streams.join import Join
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from groundfloor.settings import env_config
+from gpugap.groundfloor.settings import env_config
 
 
 class WorkerSettings(BaseSettings):

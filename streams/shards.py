@@ -11,11 +11,17 @@ from typing import Any
 
 from aiokafka.partitioner import murmur2
 
-from groundfloor.kafka.consume import RawMessage
-from streams.checkpoint import Points, already_taken, keep_restored, restore_shard, shard_records
-from streams.core import CoreConfig
-from streams.process import Held, Processor
-from streams.stats import WorkerStats
+from gpugap.groundfloor.kafka.consume import RawMessage
+from gpugap.streams.checkpoint import (
+    Points,
+    already_taken,
+    keep_restored,
+    restore_shard,
+    shard_records,
+)
+from gpugap.streams.core import CoreConfig
+from gpugap.streams.process import Held, Processor
+from gpugap.streams.stats import WorkerStats
 
 log = logging.getLogger(__name__)
 #: the node cap's warning is logged at most this often

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
-from schemas.models import AllocationEvent
-from streams.window import Sample
+from gpugap.schemas.models import AllocationEvent
+from gpugap.streams.window import Sample
 
 #: an idle run of one GPU of one allocation: [first idle minute (ms), idle minutes so far,
 #: their GPU-equivalent seconds] (runs kept before shares lack the third: whole GPUs)

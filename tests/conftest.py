@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pydantic import SecretStr
 
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
+from gpugap.schemas.errors import GpugapError
 from gpugap.services.kafka import LocalKafka, broker_ready
-from groundfloor.settings import ClickHouseSettings, KafkaSettings, ServicesSettings
-from schemas.errors import GpugapError
 from tests.harness.services import docker_answers, unavailable
 from tests.harness.slurm_cluster import SlurmCluster
 from tests.harness.warehouse import CLICKHOUSE_PASSWORD, READER_PASSWORD, DemoWarehouse
@@ -166,8 +166,8 @@ def _clickhouse_answers(settings: ClickHouseSettings) -> bool:
 @pytest.fixture
 def clickhouse(clickhouse_server: ClickHouseSettings) -> Iterator[ClickHouseSettings]:
     """A database of this test's own, with the migrations applied; dropped afterwards."""
-    from warehouse.client import connect
-    from warehouse.migrate import migrate
+    from gpugap.warehouse.client import connect
+    from gpugap.warehouse.migrate import migrate
 
     settings = clickhouse_server.model_copy(update={"database": f"t{uuid.uuid4().hex[:10]}"})
     migrate(settings)
@@ -235,9 +235,9 @@ def slurm() -> Iterator[SlurmCluster]:
 # the demo's day (tests/harness/demo_data.py, ~100 s), loaded once for the tests that read it
 @pytest.fixture(scope="session")
 def demo_warehouse(clickhouse_server: ClickHouseSettings) -> Iterator[DemoWarehouse]:
+    from gpugap.warehouse.client import connect
+    from gpugap.warehouse.migrate import migrate
     from tests.harness.demo_data import load
-    from warehouse.client import connect
-    from warehouse.migrate import migrate
 
     settings = clickhouse_server.model_copy(
         update={

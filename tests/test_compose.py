@@ -16,9 +16,9 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from pydantic_settings import BaseSettings
 
-import producers
+from gpugap import producers
 from gpugap.cli import build_parser
-from groundfloor.settings import Settings, load
+from gpugap.groundfloor.settings import Settings, load
 
 ROOT = Path(__file__).parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -115,6 +115,15 @@ def test_one_image_target_per_component_extra() -> None:
         assert built[component] == component and component in extras
     assert built["sink"] == "clickhouse" and "clickhouse" in extras
     assert "tests" in (ROOT / ".dockerignore").read_text().split()
+
+
+def test_the_image_copies_every_part_the_package_links_in() -> None:
+    """gpugap/<part> links to a folder at the top (the one root): the image copies each."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    parts = [p.name for p in (ROOT / "gpugap").iterdir() if p.is_symlink()]
+    assert len(parts) == 6, parts
+    for part in parts:
+        assert f"COPY {part} ./{part}\n" in dockerfile, part
 
 
 def _interpolate(value: Any) -> str:

@@ -10,8 +10,8 @@ import re
 from typing import Any
 from urllib.parse import urlparse
 
-from groundfloor.settings import ClickHouseSettings
-from schemas.errors import ConfigError, FatalError, RetriableError
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.schemas.errors import ConfigError, FatalError, RetriableError
 
 # readonly=2: no writes and no DDL, but settings may still be changed per query (clickhouse-
 # connect sends some of its own; readonly=1 would refuse those).

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from groundfloor.sqllex import mask
-from warehouse.migrate import Migration
+from gpugap.groundfloor.sqllex import mask
+from gpugap.warehouse.migrate import Migration
 
 _CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.IGNORECASE)
 _ENGINE = re.compile(r"\bENGINE\s*=\s*(\w*MergeTree)\s*(\(([^()]*)\))?", re.IGNORECASE)

@@ -9,10 +9,10 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from groundfloor.settings import ClickHouseSettings
-from groundfloor.sqllex import mask
-from schemas.errors import ConfigError
-from warehouse.client import connect
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.sqllex import mask
+from gpugap.schemas.errors import ConfigError
+from gpugap.warehouse.client import connect
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Migration:
 
 def migrations() -> list[Migration]:
     found = []
-    for entry in resources.files("warehouse.migrations").iterdir():
+    for entry in resources.files("gpugap.warehouse.migrations").iterdir():
         m = re.fullmatch(r"(\d+)_(\w+)\.sql", entry.name)
         if m:
             found.append(Migration(int(m.group(1)), m.group(2), entry.read_text()))

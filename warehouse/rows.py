@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from schemas import Alert, AlertDelivery, DeadLetter, GpuMinute, K8sPodEvent, SlurmJobEvent
-from schemas.models import Recommendation, Transfer
-from schemas.types import LifecycleKind, PodEventKind, WorkloadClass
+from gpugap.schemas import Alert, AlertDelivery, DeadLetter, GpuMinute, K8sPodEvent, SlurmJobEvent
+from gpugap.schemas.models import Recommendation, Transfer
+from gpugap.schemas.types import LifecycleKind, PodEventKind, WorkloadClass
 
 MINUTE_COLUMNS = [
     "cluster",

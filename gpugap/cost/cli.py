@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 Cmd = Callable[..., argparse.ArgumentParser]
 
@@ -36,7 +36,7 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _card(args: argparse.Namespace) -> tuple[Any, str]:
-    from groundfloor.ratecard import CostSettings, configured_card
+    from gpugap.groundfloor.ratecard import CostSettings, configured_card
 
     if args.file:
         settings = CostSettings(rate_card_file=Path(args.file))
@@ -52,7 +52,7 @@ def _card(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from groundfloor.ratecard import RATE_COLUMNS, rate_rows, transfer_rate_rows
+    from gpugap.groundfloor.ratecard import RATE_COLUMNS, rate_rows, transfer_rate_rows
 
     card, source = _card(args)
     now = datetime.now(UTC)
@@ -69,12 +69,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> int:
-    from groundfloor.plugin import require
-    from groundfloor.ratecard import write_rate_card
+    from gpugap.groundfloor.plugin import require
+    from gpugap.groundfloor.ratecard import write_rate_card
 
     require("gpugap cost load", "clickhouse", ("clickhouse_connect",))
-    from groundfloor.settings import load
-    from warehouse.client import as_gpugap_error, connect
+    from gpugap.groundfloor.settings import load
+    from gpugap.warehouse.client import as_gpugap_error, connect
 
     card, source = _card(args)
     settings = load().clickhouse

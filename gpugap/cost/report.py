@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpugap.report.queries import window_parameters
 from gpugap.report.table import Col, cut, table
-from warehouse.client import run_query
+from gpugap.warehouse.client import run_query
 
 NO_RATE = "no rate"
 WIDTH = 100

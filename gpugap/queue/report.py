@@ -19,7 +19,7 @@ from gpugap.queue.cost import QueueFigures, Spread, queue_cost
 from gpugap.queue.warehouse import recorded_partitions
 from gpugap.report.queries import window_parameters
 from gpugap.report.table import Col, table
-from warehouse.client import run_query
+from gpugap.warehouse.client import run_query
 
 #: each variant replayed this many times (the first as recorded, then jittered)
 REPEATS = 3

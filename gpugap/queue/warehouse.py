@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpugap.queue.backfill import Partition, QueuedJob
-from warehouse.client import run_query
+from gpugap.warehouse.client import run_query
 
 #: jobs replayed per partition, the latest by start time (50,000 replay in about 3 s)
 MAX_JOBS = 100_000

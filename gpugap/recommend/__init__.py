@@ -25,9 +25,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings
     from gpugap.recommend.base import HistoryWindow
-    from groundfloor.settings import ClickHouseSettings, KafkaSettings
-    from schemas.models import Recommendation
+    from gpugap.schemas.models import Recommendation
 
 __all__ = ["recommend_for"]
 
@@ -44,7 +44,7 @@ def recommend_for(
     ``recommendations.v1`` (its topic prefix included) for the ClickHouse sink to store, or
     with ``out`` write them there as JSON lines. Neither: computed only, nothing stored."""
     from gpugap.recommend import engine
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     client = connect(settings)
     try:
@@ -52,7 +52,7 @@ def recommend_for(
     finally:
         client.close()
     if kafka is not None or out:
-        from groundfloor.settings import KafkaSettings
+        from gpugap.groundfloor.settings import KafkaSettings
 
         engine.publish(recs, kafka or KafkaSettings(), out)
     return w, recs

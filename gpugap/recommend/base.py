@@ -25,13 +25,13 @@ from datetime import datetime
 from typing import Any
 
 from gpugap.queue.limits import MIN_JOBS as MIN_TIME_JOBS
-from schemas.models import (
+from gpugap.schemas.models import (
     Recommendation,
     RecommendationChange,
     RecommendationEvidence,
     RecommendationTarget,
 )
-from schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, WorkloadClass
 
 # --- the rules ----------------------------------------------------------------------------
 

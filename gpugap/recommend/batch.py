@@ -27,13 +27,13 @@ from gpugap.recommend.base import (
     slurm_target,
     sql_literal,
 )
-from gpugap.stats import quantile
-from schemas.models import (
+from gpugap.schemas.models import (
     Recommendation,
     RecommendationChange,
     RecommendationTarget,
 )
-from schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, WorkloadClass
+from gpugap.stats import quantile
 
 #: a GPU idle (below the idle threshold) in at least this share of its measured minutes is
 #: "idle for most of its life"

@@ -15,8 +15,8 @@ from typing import Any
 
 from gpugap.recommend.base import HistoryWindow
 from gpugap.recommend.queries import target_of
-from schemas.models import Recommendation, RecommendationTarget
-from warehouse.client import run_query
+from gpugap.schemas.models import Recommendation, RecommendationTarget
+from gpugap.warehouse.client import run_query
 
 GIB = 1 << 30
 _W = "{since:DateTime64(3, 'UTC')}"

@@ -8,11 +8,11 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 if TYPE_CHECKING:
-    from groundfloor.settings import ClickHouseSettings
-    from schemas.models import Recommendation
+    from gpugap.groundfloor.settings import ClickHouseSettings
+    from gpugap.schemas.models import Recommendation
 
 Cmd = Callable[..., argparse.ArgumentParser]
 FORMATS = ("table", "json", "csv")
@@ -71,11 +71,11 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _settings(args: argparse.Namespace) -> ClickHouseSettings:
-    from groundfloor.plugin import require
+    from gpugap.groundfloor.plugin import require
 
     require("gpugap recommend", "clickhouse", ("clickhouse_connect",))
-    from groundfloor.settings import load
-    from warehouse.client import client_options
+    from gpugap.groundfloor.settings import load
+    from gpugap.warehouse.client import client_options
 
     settings = load().clickhouse
     if getattr(args, "clickhouse", None):
@@ -85,7 +85,7 @@ def _settings(args: argparse.Namespace) -> ClickHouseSettings:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     return connect(_settings(args))
 
@@ -119,7 +119,7 @@ def change_text(parameter: str, from_value: str, to_value: str) -> str:
 def summary_lines(recs: list[Recommendation], top: int) -> list[str]:
     """The top recommendations, one line each (the demo prints these too)."""
     from gpugap.report.table import Col, table
-    from warehouse.rows import recommendation_target
+    from gpugap.warehouse.rows import recommendation_target
 
     cols = [Col("#", right=True), Col("id"), Col("target", max=40), Col("change"),
             Col("GPU-h/wk", right=True), Col("conf", right=True)]  # fmt: skip
@@ -135,9 +135,9 @@ def summary_lines(recs: list[Recommendation], top: int) -> list[str]:
 def _compute(args: argparse.Namespace) -> int:
     import sys
 
+    from gpugap.groundfloor.settings import load
     from gpugap.recommend.engine import compute, publish
-    from groundfloor.settings import load
-    from schemas.topics import RECOMMENDATIONS
+    from gpugap.schemas.topics import RECOMMENDATIONS
 
     if args.days <= 0:
         raise ConfigError(f"--days must be positive, got {args.days}")
@@ -221,7 +221,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def show_text(rec: Recommendation, decisions: list[Any]) -> str:
-    from warehouse.rows import recommendation_target
+    from gpugap.warehouse.rows import recommendation_target
 
     e = rec.evidence
     lines = [
@@ -286,7 +286,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace) -> int:
     from gpugap.recommend.engine import decide
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     client = connect(_settings(args))
     try:

@@ -28,14 +28,14 @@ from gpugap.recommend.queries import (
     window,
 )
 from gpugap.recommend.usage_queries import gpu_uses, service_demand
-from schemas.errors import ConfigError
-from schemas.models import Recommendation, RecommendationTarget
-from schemas.types import utc_now
-from warehouse.client import run_query
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.models import Recommendation, RecommendationTarget
+from gpugap.schemas.types import utc_now
+from gpugap.warehouse.client import run_query
 
 if TYPE_CHECKING:
-    from groundfloor.kafka.publish import Publisher
-    from groundfloor.settings import KafkaSettings
+    from gpugap.groundfloor.kafka.publish import Publisher
+    from gpugap.groundfloor.settings import KafkaSettings
 
 DECISIONS = ("accept", "reject", "defer")
 DEFAULT_DAYS = 14.0  # KRR's default history (336 h)
@@ -121,7 +121,7 @@ async def send(publisher: Publisher, recs: Sequence[Recommendation]) -> int:
     """The records on ``recommendations.v1`` through ``publisher`` (flushed by its close),
     keyed by id: a recomputed one replaces its predecessor in the sink's ReplacingMergeTree
     and in a compacted topic."""
-    from schemas.topics import RECOMMENDATIONS
+    from gpugap.schemas.topics import RECOMMENDATIONS
 
     for r in recs:
         await publisher.send(RECOMMENDATIONS, r)
@@ -134,7 +134,7 @@ def publish(recs: Sequence[Recommendation], kafka: KafkaSettings, out: str | Non
     is acknowledged (Kafka: acks=all); the ClickHouse sink stores them from the topic."""
     import asyncio
 
-    from groundfloor.kafka.publish import open_publisher
+    from gpugap.groundfloor.kafka.publish import open_publisher
 
     async def run() -> int:
         async with open_publisher(out, kafka) as pub:

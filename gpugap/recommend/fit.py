@@ -33,12 +33,12 @@ from gpugap.recommend.base import (
     sh,
     sql_literal,
 )
-from schemas.models import (
+from gpugap.schemas.models import (
     Recommendation,
     RecommendationChange,
     RecommendationTarget,
 )
-from schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, WorkloadClass
 
 #: MIG profiles smaller than the whole GPU: (name, compute slices of 7, memory GiB), NVIDIA's
 #: MIG user guide tables for each GPU

@@ -17,8 +17,8 @@ from typing import Any
 
 from gpugap.recommend.base import family_where
 from gpugap.recommend.queries import window
-from schemas.models import Recommendation
-from warehouse.client import run_query
+from gpugap.schemas.models import Recommendation
+from gpugap.warehouse.client import run_query
 
 _AFTER = "{after:DateTime64(3, 'UTC')}"
 _UNTIL = "{until:DateTime64(3, 'UTC')}"

@@ -20,13 +20,13 @@ from gpugap.recommend.base import (
     said,
     sql_literal,
 )
-from gpugap.stats import quantile
-from schemas.models import (
+from gpugap.schemas.models import (
     Recommendation,
     RecommendationChange,
     RecommendationTarget,
 )
-from schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, WorkloadClass
+from gpugap.stats import quantile
 
 #: notebooks: idle in at least this share of their measured minutes
 NOTEBOOK_IDLE_SHARE = 0.5

@@ -30,12 +30,12 @@ from gpugap.recommend.services import (
     keda_cron,
     worth_it,
 )
-from schemas.models import (
+from gpugap.schemas.models import (
     Recommendation,
     RecommendationChange,
     RecommendationTarget,
 )
-from schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, WorkloadClass
 
 
 @dataclass(frozen=True)

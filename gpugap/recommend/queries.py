@@ -16,8 +16,8 @@ from gpugap.recommend.base import HistoryWindow, k8s_target, slurm_target
 from gpugap.recommend.batch import GPU_IDLE_LIFE, GpuFamily, SlurmFamily
 from gpugap.recommend.interactive import NOTEBOOK_IDLE_SHARE, NotebookIdle
 from gpugap.recommend.placement import PartialGang
-from schemas.types import WorkloadClass
-from warehouse.client import run_query
+from gpugap.schemas.types import WorkloadClass
+from gpugap.warehouse.client import run_query
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _W = "{since:DateTime64(3, 'UTC')}"

@@ -9,7 +9,7 @@ from typing import Any
 from gpugap.queue.cost import selection_cost
 from gpugap.queue.warehouse import recorded_partitions
 from gpugap.recommend.base import HistoryWindow
-from schemas.models import Recommendation
+from gpugap.schemas.models import Recommendation
 
 #: the most saving recommendations replayed (each costs REPEATS replays of its partition)
 TOP = 10

@@ -31,13 +31,13 @@ from gpugap.recommend.base import (
     sh,
     sql_literal,
 )
-from schemas.models import (
+from gpugap.schemas.models import (
     Recommendation,
     RecommendationChange,
     RecommendationEvidence,
     RecommendationTarget,
 )
-from schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, WorkloadClass
 
 #: the utilisation a replica is sized to (Kubecost's default target): 30 % headroom
 TARGET_UTILISATION = 0.7

@@ -19,9 +19,9 @@ from gpugap.recommend.base import HistoryWindow
 from gpugap.recommend.fit import MAX_FIT_ACTIVITY, PEAK_QUANTILE, GpuUse
 from gpugap.recommend.queries import class_of, params_of, target_of
 from gpugap.recommend.services import ServiceDemand, ServiceHour
-from schemas.models import RecommendationTarget
-from schemas.types import WorkloadClass
-from warehouse.client import run_query
+from gpugap.schemas.models import RecommendationTarget
+from gpugap.schemas.types import WorkloadClass
+from gpugap.warehouse.client import run_query
 
 _W = "{since:DateTime64(3, 'UTC')}"
 _U = "{until:DateTime64(3, 'UTC')}"

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.timearg import parse_time, parse_window
 from gpugap.report.build import build_report
 from gpugap.report.models import DIMENSIONS, Report, report_schema
 from gpugap.report.queries import BY_COLUMN
 from gpugap.report.render import FORMATS, render
-from groundfloor.settings import ClickHouseSettings
-from groundfloor.timearg import parse_time, parse_window
-from warehouse.client import QueryError, connect
+from gpugap.warehouse.client import QueryError, connect
 
 __all__ = [
     "BY_COLUMN",

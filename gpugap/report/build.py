@@ -27,8 +27,8 @@ from gpugap.report.models import (
     Window,
 )
 from gpugap.report.queries import BY_COLUMN, METRICS, PAST, Queries, window_parameters
-from schemas.errors import ConfigError
-from warehouse.client import run_query
+from gpugap.schemas.errors import ConfigError
+from gpugap.warehouse.client import run_query
 
 
 def _utc(t: datetime | date | None) -> datetime | None:

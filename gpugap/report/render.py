@@ -10,7 +10,7 @@ from typing import Any
 
 from gpugap.report.models import Gap, Report
 from gpugap.report.table import Col, table
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 FORMATS = ("table", "json", "csv")
 WIDTH = 100

@@ -22,8 +22,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from groundfloor.settings import KafkaSettings, ServicesSettings
-from schemas.errors import ServiceError
+from gpugap.groundfloor.settings import KafkaSettings, ServicesSettings
+from gpugap.schemas.errors import ServiceError
 
 POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>

@@ -19,15 +19,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpugap.groundfloor.kafka.publish import Publisher
+from gpugap.schemas import Topic
+from gpugap.schemas.topics import SAMPLES
 from gpugap.simulator import scenario
 from gpugap.simulator.activity import NOISE, NOISE_MASK
 from gpugap.simulator.estate import Node
 from gpugap.simulator.events import encoded, scheduler_events
 from gpugap.simulator.plan import INF, Plan
 from gpugap.simulator.wire import Clock, NodeWire, gpu_json
-from groundfloor.kafka.publish import Publisher
-from schemas import Topic
-from schemas.topics import SAMPLES
 
 Msg = tuple[Topic[Any], bytes, bytes, int]  # topic, key, value, event time (s)
 

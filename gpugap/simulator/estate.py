@@ -16,9 +16,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpugap.schemas.types import ActivityMetric
 from gpugap.simulator.scenario import Cluster, NodeGroup, Scenario
 from gpugap.simulator.specs import MIG_PROFILES
-from schemas.types import ActivityMetric
 
 if TYPE_CHECKING:
     from gpugap.simulator.plan import Holding

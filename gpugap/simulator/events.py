@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from gpugap.schemas import K8sPodEvent, NodeGpus, Record, SlurmJobEvent, Topic, encode
+from gpugap.schemas.topics import K8S_PODS, SLURM_JOBS
 from gpugap.simulator.plan import INF, Allocation, Plan, Pod
-from schemas import K8sPodEvent, NodeGpus, Record, SlurmJobEvent, Topic, encode
-from schemas.topics import K8S_PODS, SLURM_JOBS
 
 
 def scheduler_events(

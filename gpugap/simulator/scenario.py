@@ -17,6 +17,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.types import ActivityMetric
 from gpugap.simulator.specs import (
     MIG_PROFILES,
     SAFE_TEXT,
@@ -41,8 +43,6 @@ from gpugap.simulator.specs import (
     Workload,
     parse_duration,
 )
-from schemas.errors import ConfigError
-from schemas.types import ActivityMetric
 
 __all__ = [
     "K8sGang",

@@ -40,14 +40,14 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.base import Producer
+from gpugap.schemas import Topic
+from gpugap.schemas.topics import SAMPLES
 from gpugap.simulator import build
 from gpugap.simulator import scenario as scenarios
 from gpugap.simulator.emit import Emitter, Stats
 from gpugap.simulator.truth import compute
-from groundfloor.settings import Settings
-from producers.base import Producer
-from schemas import Topic
-from schemas.topics import SAMPLES
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,12 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
+from gpugap.schemas.shares import mig_share, slices_of
+from gpugap.schemas.types import format_utc
 from gpugap.simulator import scenario
 from gpugap.simulator.activity import milli, value
 from gpugap.simulator.estate import Device
 from gpugap.simulator.plan import INF, Allocation, Holding, Plan
-from schemas.shares import mig_share, slices_of
-from schemas.types import format_utc
 
 
 def share_of(d: Device) -> Fraction:

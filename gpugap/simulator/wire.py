@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from gpugap.schemas.types import ActivityMetric, format_utc
 from gpugap.simulator.estate import Device, Node
 from gpugap.simulator.plan import Holding
-from schemas.types import ActivityMetric, format_utc
 
 
 def gpu_json(d: Device, h: Holding | None, a: int) -> bytes:

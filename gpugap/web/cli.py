@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 log = logging.getLogger("gpugap.web")
 
@@ -33,12 +33,12 @@ def register(sub: Any, cmd: Any) -> None:
 
 
 def _web(args: argparse.Namespace) -> int:
-    from groundfloor.plugin import require
+    from gpugap.groundfloor.plugin import require
 
     require("gpugap web", "clickhouse,local", ("aiohttp", "clickhouse_connect"))
+    from gpugap.groundfloor.settings import load
+    from gpugap.warehouse.client import client_options
     from gpugap.web.server import serve
-    from groundfloor.settings import load
-    from warehouse.client import client_options
 
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be 0..65535, got {args.port}")

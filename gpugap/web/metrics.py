@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpugap.schemas.errors import GpugapError
+from gpugap.schemas.types import normal_text
 from gpugap.web.queries import Query
-from schemas.errors import GpugapError
-from schemas.types import normal_text
 
 log = logging.getLogger("gpugap.web")
 

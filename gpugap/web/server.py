@@ -29,10 +29,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.schemas.errors import GpugapError
 from gpugap.web import DEFAULT_PORT, api, metrics, params
 from gpugap.web.queries import Query
-from groundfloor.settings import ClickHouseSettings
-from schemas.errors import GpugapError
 
 log = logging.getLogger("gpugap.web")
 
@@ -89,7 +89,7 @@ class Workers:
             t.start()
 
     def _work(self) -> None:
-        from warehouse.client import connect, run_query
+        from gpugap.warehouse.client import connect, run_query
 
         client: Any = None
         try:
@@ -113,7 +113,7 @@ class Workers:
         if self.settings.readonly_password is None:  # readonly=2 on each query
             return run_query(client, q.sql, q.params)
         # the read-only user may not even name the readonly setting (the endpoint refuses it)
-        from warehouse.client import as_gpugap_error
+        from gpugap.warehouse.client import as_gpugap_error
 
         try:
             return client.query(q.sql, parameters=q.params)

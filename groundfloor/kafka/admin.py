@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from groundfloor.settings import KafkaSettings
+from gpugap.groundfloor.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,14 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from groundfloor.kafka.admin import prepare
-from groundfloor.kafka.publish import Publisher
-from groundfloor.kafka.trust import ClusterTrust
-from groundfloor.settings import KafkaSettings
-from schemas import DeadLetter, Record, Topic, by_name, decode, utc_now
-from schemas.errors import InvalidRecord, RetriableError
-from schemas.topics import DEAD_LETTER
-from schemas.types import DeadLetterKind
+from gpugap.groundfloor.kafka.admin import prepare
+from gpugap.groundfloor.kafka.publish import Publisher
+from gpugap.groundfloor.kafka.trust import ClusterTrust
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import DeadLetter, Record, Topic, by_name, decode, utc_now
+from gpugap.schemas.errors import InvalidRecord, RetriableError
+from gpugap.schemas.topics import DEAD_LETTER
+from gpugap.schemas.types import DeadLetterKind
 
 M = TypeVar("M", bound=Record)
 

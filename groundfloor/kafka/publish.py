@@ -17,10 +17,10 @@ from typing import IO, Any, Self
 
 from aiokafka.partitioner import DefaultPartitioner
 
-from groundfloor.kafka.admin import ensure_topics
-from groundfloor.settings import KafkaSettings
-from schemas import Record, Topic, decode, encode
-from schemas.errors import RetriableError
+from gpugap.groundfloor.kafka.admin import ensure_topics
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import Record, Topic, decode, encode
+from gpugap.schemas.errors import RetriableError
 
 log = logging.getLogger(__name__)
 

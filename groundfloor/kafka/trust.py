@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from schemas import Record, Topic, by_name
+from gpugap.schemas import Record, Topic, by_name
 
 if TYPE_CHECKING:
-    from groundfloor.settings import KafkaSettings
+    from gpugap.groundfloor.settings import KafkaSettings
 
 __all__ = ["ClusterTrust"]
 

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from groundfloor.timearg import HELP, parse_time
-from schemas.errors import ConfigError
+from gpugap.groundfloor.timearg import HELP, parse_time
+from gpugap.schemas.errors import ConfigError
 
 Cmd = Callable[..., argparse.ArgumentParser]
 
@@ -61,9 +61,9 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _backfill(args: argparse.Namespace) -> int:
-    from groundfloor.kafka.publish import open_publisher
-    from groundfloor.settings import load
-    from producers import run_producer
+    from gpugap.groundfloor.kafka.publish import open_publisher
+    from gpugap.groundfloor.settings import load
+    from gpugap.producers import run_producer
 
     from .plugin import SOURCES
 

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from groundfloor.classify import CLASS_LABEL, GANG_LABEL, GANG_SIZE_LABEL
+from gpugap.groundfloor.classify import CLASS_LABEL, GANG_LABEL, GANG_SIZE_LABEL
 
 #: our name -> the series; values at a step are per pod uid
 SERIES = {

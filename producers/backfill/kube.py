@@ -23,14 +23,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from groundfloor.settings import Settings
-from producers.kubernetes.owners import OwnerResolver
-from producers.kubernetes.producer import make_enricher
-from producers.kubernetes.resources import GpuRule
-from producers.kubernetes.settings import KubernetesSettings
-from producers.kubernetes.tracker import Tracker
-from schemas import Topic
-from schemas.topics import DEAD_LETTER, K8S_PODS
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.kubernetes.owners import OwnerResolver
+from gpugap.producers.kubernetes.producer import make_enricher
+from gpugap.producers.kubernetes.resources import GpuRule
+from gpugap.producers.kubernetes.settings import KubernetesSettings
+from gpugap.producers.kubernetes.tracker import Tracker
+from gpugap.schemas import Topic
+from gpugap.schemas.topics import DEAD_LETTER, K8S_PODS
 
 from .ksm import SERIES, PodView, label_keys
 from .plan import Chunk

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 Chunk = tuple[int, int]
 

@@ -4,7 +4,7 @@ Like ``producers.REGISTRY``: only these declarations are imported to build the c
 a source's code and its libraries are imported when it runs.
 """
 
-from groundfloor.plugin import Option, Plugin
+from gpugap.groundfloor.plugin import Option, Plugin
 
 from .settings import BackfillSettings, SlurmBackfillSettings
 
@@ -51,7 +51,7 @@ SOURCES: dict[str, Plugin] = {
         name="slurm",
         help="Slurm's accounting (sacct) -> job start/end events on slurm.jobs.v1",
         extra="backfill",
-        target="producers.backfill.slurm:SlurmHistory",
+        target="gpugap.producers.backfill.slurm:SlurmHistory",
         settings=SlurmBackfillSettings,
         requires=("aiohttp",),
         kind="backfill",
@@ -79,7 +79,7 @@ SOURCES: dict[str, Plugin] = {
         name="prometheus",
         help="dcgm-exporter history in Prometheus -> node samples on gpu.samples.v1",
         extra="backfill",
-        target="producers.backfill.telemetry:PrometheusTelemetry",
+        target="gpugap.producers.backfill.telemetry:PrometheusTelemetry",
         settings=BackfillSettings,
         requires=("aiohttp", "prometheus_client"),
         kind="backfill",
@@ -98,7 +98,7 @@ SOURCES: dict[str, Plugin] = {
         name="kubernetes",
         help="kube-state-metrics history in Prometheus -> pod events on k8s.pods.v1",
         extra="backfill",
-        target="producers.backfill.kube:KubeStateHistory",
+        target="gpugap.producers.backfill.kube:KubeStateHistory",
         settings=BackfillSettings,
         requires=("aiohttp",),
         kind="backfill",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from producers.prometheus.http import PrometheusError, PrometheusHttp
+from gpugap.producers.prometheus.http import PrometheusError, PrometheusHttp
 
 from .settings import BackfillSettings
 

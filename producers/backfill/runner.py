@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from groundfloor.settings import Settings
-from producers.base import Producer
-from schemas import Record, Topic
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.base import Producer
+from gpugap.schemas import Record, Topic
 
 from .plan import Checkpoint, Chunk, Progress, chunks
 from .settings import BackfillSettings

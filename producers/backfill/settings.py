@@ -13,7 +13,7 @@ from typing import ClassVar, Self
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
-from groundfloor.settings import env_config, read_secret
+from gpugap.groundfloor.settings import env_config, read_secret
 
 #: Prometheus refuses a query_range answer of more points than this per series
 PROMETHEUS_POINTS_LIMIT = 11_000
@@ -105,8 +105,8 @@ class SlurmBackfillSettings(BackfillSettings):
     @model_validator(mode="after")
     def _zone(self) -> Self:
         if self.timezone is not None:
-            from producers.slurm.fields import ParseError
-            from producers.slurm.sacct import zone
+            from gpugap.producers.slurm.fields import ParseError
+            from gpugap.producers.slurm.sacct import zone
 
             try:
                 zone(self.timezone)

@@ -43,15 +43,15 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from groundfloor.settings import Settings
-from producers.slurm import sources
-from producers.slurm.event import JobInfo, job_event
-from producers.slurm.fields import SACCT_FIELDS, ParseError
-from producers.slurm.sacct import NeedsTimezone, assign_runs, sacct_jobs
-from schemas import DeadLetter, SlurmJobEvent, Topic, utc_now
-from schemas.errors import ConfigError, ServiceError
-from schemas.topics import DEAD_LETTER, SLURM_JOBS
-from schemas.types import DeadLetterKind
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.slurm import sources
+from gpugap.producers.slurm.event import JobInfo, job_event
+from gpugap.producers.slurm.fields import SACCT_FIELDS, ParseError
+from gpugap.producers.slurm.sacct import NeedsTimezone, assign_runs, sacct_jobs
+from gpugap.schemas import DeadLetter, SlurmJobEvent, Topic, utc_now
+from gpugap.schemas.errors import ConfigError, ServiceError
+from gpugap.schemas.topics import DEAD_LETTER, SLURM_JOBS
+from gpugap.schemas.types import DeadLetterKind
 
 from .plan import Chunk
 from .promql import PromClient, node_of

@@ -22,10 +22,10 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from groundfloor.settings import Settings
-from producers.dcgm.parse import FIELDS, ScrapeError, node_samples
-from schemas import DeadLetter, Topic, utc_now
-from schemas.topics import DEAD_LETTER, SAMPLES
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.dcgm.parse import FIELDS, ScrapeError, node_samples
+from gpugap.schemas import DeadLetter, Topic, utc_now
+from gpugap.schemas.topics import DEAD_LETTER, SAMPLES
 
 from .plan import Chunk
 from .promql import PromClient, node_of

@@ -28,8 +28,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from schemas import Attribution, GpuSample, MigInstance, NodeSample, SharingPod
-from schemas.types import (
+from gpugap.schemas import Attribution, GpuSample, MigInstance, NodeSample, SharingPod
+from gpugap.schemas.types import (
     GPU_UUID_PATTERN,
     MAX_SHARING_PODS,
     ActivityMetric,

@@ -1,6 +1,6 @@
 """``gpugap produce dcgm``: declared here, built from ``producers.REGISTRY``."""
 
-from groundfloor.plugin import Option, Plugin
+from gpugap.groundfloor.plugin import Option, Plugin
 
 from .settings import DcgmSettings
 
@@ -8,7 +8,7 @@ PLUGIN = Plugin(
     name="dcgm",
     help="scrape dcgm-exporter endpoints (profiling activity, MIG instances)",
     extra="dcgm",
-    target="producers.dcgm.producer:DcgmProducer",
+    target="gpugap.producers.dcgm.producer:DcgmProducer",
     settings=DcgmSettings,
     requires=("aiohttp", "prometheus_client"),
     options=(

@@ -22,14 +22,14 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from groundfloor.settings import Settings
-from producers.base import Producer
-from producers.dcgm.parse import ScrapeError, parse_scrape
-from producers.dcgm.settings import DcgmSettings
-from schemas import DeadLetter, Record, Topic, utc_now
-from schemas.errors import ConfigError
-from schemas.topics import DEAD_LETTER, SAMPLES
-from schemas.types import DeadLetterKind
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.base import Producer
+from gpugap.producers.dcgm.parse import ScrapeError, parse_scrape
+from gpugap.producers.dcgm.settings import DcgmSettings
+from gpugap.schemas import DeadLetter, Record, Topic, utc_now
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.topics import DEAD_LETTER, SAMPLES
+from gpugap.schemas.types import DeadLetterKind
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from groundfloor.settings import CommaList, comma_list, env_config
+from gpugap.groundfloor.settings import CommaList, comma_list, env_config
 
 
 class DcgmSettings(BaseSettings):

@@ -23,10 +23,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from schemas import DeadLetter, K8sPodEvent, utc_now
-from schemas.errors import InvalidRecord
-from schemas.topics import K8S_PODS
-from schemas.types import MAX_GANG_SIZE, MAX_LABELS, DeadLetterKind
+from gpugap.schemas import DeadLetter, K8sPodEvent, utc_now
+from gpugap.schemas.errors import InvalidRecord
+from gpugap.schemas.topics import K8S_PODS
+from gpugap.schemas.types import MAX_GANG_SIZE, MAX_LABELS, DeadLetterKind
 
 CONSUMER = "kubernetes-producer"
 #: what follows a truncated value: a digest of the whole one, so two long values that share

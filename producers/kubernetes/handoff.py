@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from schemas import DeadLetter, K8sPodEvent
+from gpugap.schemas import DeadLetter, K8sPodEvent
 
 
 class Stopped(Exception):

@@ -15,9 +15,9 @@ import os
 import time
 from pathlib import Path
 
-from schemas import K8sPodEvent, decode, encode
-from schemas.topics import K8S_PODS
-from schemas.types import PodEventKind
+from gpugap.schemas import K8sPodEvent, decode, encode
+from gpugap.schemas.topics import K8S_PODS
+from gpugap.schemas.types import PodEventKind
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from groundfloor.classify import Owner
-from producers.kubernetes.bounds import str_map
-from producers.kubernetes.resources import GpuRule
-from producers.kubernetes.settings import KubernetesSettings
+from gpugap.groundfloor.classify import Owner
+from gpugap.producers.kubernetes.bounds import str_map
+from gpugap.producers.kubernetes.resources import GpuRule
+from gpugap.producers.kubernetes.settings import KubernetesSettings
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """``gpugap produce kubernetes``: declared here, built from ``producers.REGISTRY``."""
 
-from groundfloor.plugin import Option, Plugin
+from gpugap.groundfloor.plugin import Option, Plugin
 
 from .settings import KubernetesSettings
 
@@ -8,7 +8,7 @@ PLUGIN = Plugin(
     name="kubernetes",
     help="watch pods that request GPUs: bound, running, ended, with owner, team and class",
     extra="kubernetes",
-    target="producers.kubernetes.producer:KubernetesProducer",
+    target="gpugap.producers.kubernetes.producer:KubernetesProducer",
     settings=KubernetesSettings,
     requires=("kubernetes",),
     options=(

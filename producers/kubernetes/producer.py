@@ -19,20 +19,20 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from groundfloor.classify import Owner, classify_pod, gang_of, owner_and_team
-from groundfloor.settings import Settings
-from producers.base import Producer
-from producers.kubernetes.bounds import carried, str_map
-from producers.kubernetes.handoff import Handoff
-from producers.kubernetes.ledger import Ledger
-from producers.kubernetes.owners import OwnerResolver, client_fetch, owner_map_keys
-from producers.kubernetes.resources import GpuRule
-from producers.kubernetes.settings import KubernetesSettings
-from producers.kubernetes.tracker import Enricher, Enrichment, Tracker
-from producers.kubernetes.watcher import Watcher, WatchOptions
-from schemas import Topic
-from schemas.errors import ConfigError, FatalError
-from schemas.topics import DEAD_LETTER, K8S_PODS
+from gpugap.groundfloor.classify import Owner, classify_pod, gang_of, owner_and_team
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.base import Producer
+from gpugap.producers.kubernetes.bounds import carried, str_map
+from gpugap.producers.kubernetes.handoff import Handoff
+from gpugap.producers.kubernetes.ledger import Ledger
+from gpugap.producers.kubernetes.owners import OwnerResolver, client_fetch, owner_map_keys
+from gpugap.producers.kubernetes.resources import GpuRule
+from gpugap.producers.kubernetes.settings import KubernetesSettings
+from gpugap.producers.kubernetes.tracker import Enricher, Enrichment, Tracker
+from gpugap.producers.kubernetes.watcher import Watcher, WatchOptions
+from gpugap.schemas import Topic
+from gpugap.schemas.errors import ConfigError, FatalError
+from gpugap.schemas.topics import DEAD_LETTER, K8S_PODS
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from producers.kubernetes.bounds import Rejected
-from schemas.types import TerminationReason
+from gpugap.producers.kubernetes.bounds import Rejected
+from gpugap.schemas.types import TerminationReason
 
 Obj = Mapping[str, Any]
 #: containers (and, separately, init containers) read from one pod spec. Kubernetes sets no

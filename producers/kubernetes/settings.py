@@ -7,8 +7,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from groundfloor.classify import CLASS_LABEL, ClassRule
-from groundfloor.settings import CommaList, comma_list, env_config
+from gpugap.groundfloor.classify import CLASS_LABEL, ClassRule
+from gpugap.groundfloor.settings import CommaList, comma_list, env_config
 
 
 class KubernetesSettings(BaseSettings):

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from producers.kubernetes import bounds, resources
-from schemas import DeadLetter, K8sPodEvent, utc_now
-from schemas.types import (
+from gpugap.producers.kubernetes import bounds, resources
+from gpugap.schemas import DeadLetter, K8sPodEvent, utc_now
+from gpugap.schemas.types import (
     MAX_GPUS_PER_NODE,
     EventSource,
     PodEventKind,
@@ -203,7 +203,7 @@ class Tracker:
         if gpus > MAX_GPUS_PER_NODE:  # a pod runs on one node: not a number to truncate
             raise bounds.Rejected(
                 f"{gpus} GPUs requested, more than one node has ({MAX_GPUS_PER_NODE}, "
-                "schemas.types.MAX_GPUS_PER_NODE)"
+                "gpugap.schemas.types.MAX_GPUS_PER_NODE)"
             )
         ns = meta.get("namespace", "")
         st = PodState(uid, ns, meta["name"], gpus, bounds.fit("gpu_resource", resource))

@@ -28,11 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.kubernetes.handoff import Batch, Handoff, Stopped
-from producers.kubernetes.stream import lines, parse_event, resource_version
-from producers.kubernetes.tracker import Tracker
-from schemas import K8sPodEvent
-from schemas.errors import MalformedRecord
+from gpugap.producers.kubernetes.handoff import Batch, Handoff, Stopped
+from gpugap.producers.kubernetes.stream import lines, parse_event, resource_version
+from gpugap.producers.kubernetes.tracker import Tracker
+from gpugap.schemas import K8sPodEvent
+from gpugap.schemas.errors import MalformedRecord
 
 log = logging.getLogger(__name__)
 

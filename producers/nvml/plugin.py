@@ -1,6 +1,6 @@
 """``gpugap produce nvml``: declared here, built from ``producers.REGISTRY``."""
 
-from groundfloor.plugin import Option, Plugin
+from gpugap.groundfloor.plugin import Option, Plugin
 
 from .settings import NvmlSettings
 
@@ -8,7 +8,7 @@ PLUGIN = Plugin(
     name="nvml",
     help="the node agent: every GPU and MIG instance of this node through NVML",
     extra="nvml",
-    target="producers.nvml.producer:NvmlProducer",
+    target="gpugap.producers.nvml.producer:NvmlProducer",
     settings=NvmlSettings,
     requires=("pynvml", "grpc", "google.protobuf"),
     options=(

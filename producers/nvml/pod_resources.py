@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from schemas import Attribution, SharingPod
-from schemas.types import GPU_UUID_PATTERN, MAX_SHARING_PODS
+from gpugap.schemas import Attribution, SharingPod
+from gpugap.schemas.types import GPU_UUID_PATTERN, MAX_SHARING_PODS
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,11 @@ class PodResourcesClient:
         if not self.socket.exists():
             return None
         if self._stub is None:
-            from producers.nvml.kubelet import api_pb2_grpc
+            from gpugap.producers.nvml.kubelet import api_pb2_grpc
 
             self._channel = grpc.aio.insecure_channel(f"unix://{self.socket.absolute()}")
             self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
-        from producers.nvml.kubelet import api_pb2
+        from gpugap.producers.nvml.kubelet import api_pb2
 
         try:
             response = await self._stub.List(

@@ -19,16 +19,16 @@ import socket
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from groundfloor.settings import Settings
-from producers.base import Producer
-from producers.nvml.job_map import read_job_map
-from producers.nvml.pod_resources import PodResourcesClient, lookup, merge
-from producers.nvml.sampler import NoDriver, NvmlSampler
-from producers.nvml.settings import NvmlSettings
-from schemas import GpuSample, NodeSample, Record, Topic, utc_now
-from schemas.errors import ConfigError, FatalError
-from schemas.topics import SAMPLES
-from schemas.types import SampleSource
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.base import Producer
+from gpugap.producers.nvml.job_map import read_job_map
+from gpugap.producers.nvml.pod_resources import PodResourcesClient, lookup, merge
+from gpugap.producers.nvml.sampler import NoDriver, NvmlSampler
+from gpugap.producers.nvml.settings import NvmlSettings
+from gpugap.schemas import GpuSample, NodeSample, Record, Topic, utc_now
+from gpugap.schemas.errors import ConfigError, FatalError
+from gpugap.schemas.topics import SAMPLES
+from gpugap.schemas.types import SampleSource
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pynvml
 
-from schemas import GpuSample, MigInstance
-from schemas.types import ActivityMetric
+from gpugap.schemas import GpuSample, MigInstance
+from gpugap.schemas.types import ActivityMetric
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from groundfloor.settings import env_config, optional_path
+from gpugap.groundfloor.settings import env_config, optional_path
 
 
 class NvmlSettings(BaseSettings):

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 from pydantic import SecretStr
 
-from schemas.errors import FatalError, RetriableError
+from gpugap.schemas.errors import FatalError, RetriableError
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from groundfloor.kafka.publish import event_time_ms
-from groundfloor.settings import Settings
-from producers.base import Producer
-from schemas import Record, Topic, by_name, decode, encode
-from schemas.errors import FatalError, InvalidRecord
-from schemas.topics import SAMPLES
+from gpugap.groundfloor.kafka.publish import event_time_ms
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.base import Producer
+from gpugap.schemas import Record, Topic, by_name, decode, encode
+from gpugap.schemas.errors import FatalError, InvalidRecord
+from gpugap.schemas.topics import SAMPLES
 
 MAX_REPORTED = 100
 

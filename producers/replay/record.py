@@ -17,10 +17,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import IO, Any
 
-from groundfloor.kafka.admin import ensure_topics
-from groundfloor.settings import KafkaSettings
-from schemas import Topic, by_name, decode, encode
-from schemas.errors import ConfigError, InvalidRecord
+from gpugap.groundfloor.kafka.admin import ensure_topics
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import Topic, by_name, decode, encode
+from gpugap.schemas.errors import ConfigError, InvalidRecord
 
 
 def envelope(topic: Topic[Any], key: bytes | None, value: bytes | None) -> bytes:

@@ -27,7 +27,7 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _hook(args: argparse.Namespace) -> int:
-    from producers.slurm.hook_command import main
+    from gpugap.producers.slurm.hook_command import main
 
     argv = [] if args.action == "run" else [args.action]
     return main([*argv, *args.rest])

@@ -25,13 +25,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from groundfloor.kafka.consume import DeadLetters, RawMessage
-from groundfloor.kafka.publish import KafkaPublisher, Publisher
-from producers.slurm import spool
-from producers.slurm.event import encode
-from schemas import by_name, decode
-from schemas.errors import GpugapError, InvalidRecord, RetriableError
-from schemas.types import DeadLetterKind
+from gpugap.groundfloor.kafka.consume import DeadLetters, RawMessage
+from gpugap.groundfloor.kafka.publish import KafkaPublisher, Publisher
+from gpugap.producers.slurm import spool
+from gpugap.producers.slurm.event import encode
+from gpugap.schemas import by_name, decode
+from gpugap.schemas.errors import GpugapError, InvalidRecord, RetriableError
+from gpugap.schemas.types import DeadLetterKind
 
 log = logging.getLogger(__name__)
 START_TTL_S = 30 * 86400  # start records of jobs whose end never came
@@ -94,7 +94,7 @@ async def drain_once(
 
 
 async def _run(root: Path, follow: bool, interval: float, by_topic: Counter[str]) -> int:
-    from groundfloor.settings import load
+    from gpugap.groundfloor.settings import load
 
     settings = load()
     total = 0
@@ -127,8 +127,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--follow", action="store_true", help="keep running, drain every --interval")
     p.add_argument("--interval", type=float, default=10.0, metavar="S")
     args = p.parse_args(argv)
-    from groundfloor import logs
-    from producers.slurm.settings import SlurmSettings
+    from gpugap.groundfloor import logs
+    from gpugap.producers.slurm.settings import SlurmSettings
 
     root = Path(args.spool_dir) if args.spool_dir else SlurmSettings().spool_dir
     logs.configure(logging.INFO)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from producers.slurm.event import JobInfo
-from producers.slurm.hostlist import indices
+from gpugap.producers.slurm.event import JobInfo
+from gpugap.producers.slurm.hostlist import indices
 
 #: the documented ``sacct -P`` dump's fields (``-n``: no header), JobName last: a '|' inside
 #: a job name then only lengthens the last field (producers/slurm/sacct.py reads them)

@@ -10,8 +10,8 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from producers.slurm import event, show, spool, wire
-from producers.slurm.parse import ParseError, jobcomp_env
+from gpugap.producers.slurm import event, show, spool, wire
+from gpugap.producers.slurm.parse import ParseError, jobcomp_env
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hook's start-up)
 if TYPE_CHECKING:

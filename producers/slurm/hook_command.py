@@ -67,7 +67,7 @@ def run(env: Mapping[str, str], t0: float | None = None) -> str:
         return "ignored"  # node prolog/epilog, or the epilog while jobcomp reports ends
     cfg = None
     try:
-        from producers.slurm.hook import HookConfig, deliver, log, on_end, on_prolog, spool
+        from gpugap.producers.slurm.hook import HookConfig, deliver, log, on_end, on_prolog, spool
 
         cfg = HookConfig(env)
         try:
@@ -105,7 +105,7 @@ def run(env: Mapping[str, str], t0: float | None = None) -> str:
 
 def main(argv: Sequence[str] = ()) -> int:
     if argv and argv[0] == "drain":
-        from producers.slurm.drain import main as drain_main
+        from gpugap.producers.slurm.drain import main as drain_main
 
         return drain_main(list(argv[1:]))
     if argv and argv[0] in ("-h", "--help"):

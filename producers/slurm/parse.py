@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from producers.slurm.event import JobInfo
-from producers.slurm.fields import (
+from gpugap.producers.slurm.event import JobInfo
+from gpugap.producers.slurm.fields import (
     NO_VAL,
     SACCT_FIELDS,
     ParseError,
@@ -25,8 +25,8 @@ from producers.slurm.fields import (
     time_limit,
     tres_gpus,
 )
-from producers.slurm.hostlist import expand
-from producers.slurm.scontrol import scontrol_job, scontrol_jobs
+from gpugap.producers.slurm.hostlist import expand
+from gpugap.producers.slurm.scontrol import scontrol_job, scontrol_jobs
 
 __all__ = [
     "NO_VAL",
@@ -83,6 +83,6 @@ def jobcomp_env(env: Mapping[str, str]) -> JobInfo:
 def sacct_jobs(text: str, tz: str | None = None) -> tuple[list[JobInfo], list[tuple[str, str]]]:
     """``sacct -P`` -> one JobInfo per run: producers.slurm.sacct.sacct_jobs (imported when
     called: the hook, which imports this module, never reads sacct)."""
-    from producers.slurm import sacct
+    from gpugap.producers.slurm import sacct
 
     return sacct.sacct_jobs(text, tz)

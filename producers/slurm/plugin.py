@@ -1,7 +1,7 @@
 """``gpugap produce slurm``: declared here, built from ``producers.REGISTRY``. (The hook,
 ``gpugap slurm-hook``, is its own command: slurmctld runs it, see ``cli.py``.)"""
 
-from groundfloor.plugin import Option, Plugin
+from gpugap.groundfloor.plugin import Option, Plugin
 
 from .settings import SlurmSettings
 
@@ -10,7 +10,7 @@ PLUGIN = Plugin(
     help="poll Slurm (pyslurm, squeue --json or scontrol) for job starts and ends, ship the "
     "hook's spool",
     extra="slurm",
-    target="producers.slurm.producer:SlurmProducer",
+    target="gpugap.producers.slurm.producer:SlurmProducer",
     settings=SlurmSettings,
     options=(
         Option(

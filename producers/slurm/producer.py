@@ -32,16 +32,16 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from groundfloor.settings import Settings
-from producers.base import Producer
-from producers.slurm import sources
-from producers.slurm.event import ACTIVE_STATES, JobInfo, event_id, events_for, job_event
-from producers.slurm.parse import ParseError
-from producers.slurm.sacct import assign_runs
-from producers.slurm.settings import SlurmSettings
-from schemas import DeadLetter, SlurmJobEvent, Topic, utc_now
-from schemas.topics import DEAD_LETTER, SLURM_JOBS
-from schemas.types import DeadLetterKind
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.base import Producer
+from gpugap.producers.slurm import sources
+from gpugap.producers.slurm.event import ACTIVE_STATES, JobInfo, event_id, events_for, job_event
+from gpugap.producers.slurm.parse import ParseError
+from gpugap.producers.slurm.sacct import assign_runs
+from gpugap.producers.slurm.settings import SlurmSettings
+from gpugap.schemas import DeadLetter, SlurmJobEvent, Topic, utc_now
+from gpugap.schemas.topics import DEAD_LETTER, SLURM_JOBS
+from gpugap.schemas.types import DeadLetterKind
 
 log = logging.getLogger(__name__)
 KEEP_IDS_S = 7 * 86400  # an id is remembered this long (slurmctld forgets jobs much sooner)
@@ -298,8 +298,8 @@ class SlurmProducer(Producer):
         root = self.slurm.spool_dir
         if not self.slurm.drain_spool or not (root / "events").is_dir():
             return
-        from groundfloor.kafka.consume import DeadLetters
-        from producers.slurm.drain import drain_once
+        from gpugap.groundfloor.kafka.consume import DeadLetters
+        from gpugap.producers.slurm.drain import drain_once
 
         assert self.publisher is not None
         prefix = self.settings.kafka.topic_prefix

@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from producers.slurm.event import JobInfo
-from producers.slurm.fields import (
+from gpugap.producers.slurm.event import JobInfo
+from gpugap.producers.slurm.fields import (
     SACCT_FIELDS,
     ParseError,
     base_state,
@@ -38,7 +38,7 @@ from producers.slurm.fields import (
     time_limit,
     tres_gpus,
 )
-from producers.slurm.hostlist import expand
+from gpugap.producers.slurm.hostlist import expand
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hook imports this)
 if TYPE_CHECKING:

@@ -32,8 +32,8 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from producers.slurm.event import JobInfo
-from producers.slurm.fields import (
+from gpugap.producers.slurm.event import JobInfo
+from gpugap.producers.slurm.fields import (
     ParseError,
     base_state,
     epoch,
@@ -47,7 +47,7 @@ from producers.slurm.fields import (
     time_limit,
     tres_gpus,
 )
-from producers.slurm.hostlist import expand
+from gpugap.producers.slurm.hostlist import expand
 
 _HEAD = re.compile(
     r"JobId=(\d+)(?: ArrayJobId=(\d+) ArrayTaskId=(\S+)(?: ArrayTaskThrottle=\d+)?)?"

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
-from groundfloor.settings import env_config
+from gpugap.groundfloor.settings import env_config
 
 
 class SlurmSettings(BaseSettings):

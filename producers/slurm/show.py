@@ -17,10 +17,10 @@ import os
 import time
 from collections.abc import Mapping
 
-from producers.slurm.event import JobInfo
-from producers.slurm.fields import ParseError
-from producers.slurm.hostlist import expand
-from producers.slurm.scontrol import scontrol_job
+from gpugap.producers.slurm.event import JobInfo
+from gpugap.producers.slurm.fields import ParseError
+from gpugap.producers.slurm.hostlist import expand
+from gpugap.producers.slurm.scontrol import scontrol_job
 
 SEARCH = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")  # slurmctld strips PATH
 RESERVE_S = 0.3  # of the hook's deadline, left for the send or the spool after scontrol
@@ -96,7 +96,7 @@ def _run(argv: list[str], env: Mapping[str, str], deadline: float) -> tuple[bool
 
 
 def _json_job(text: str, job: str) -> JobInfo:
-    from producers.slurm import squeue  # the OpenAPI job object, as squeue --json has it
+    from gpugap.producers.slurm import squeue  # the OpenAPI job object, as squeue --json has it
 
     jobs, bad = squeue.jobs(text)
     for info in jobs:
@@ -166,7 +166,7 @@ def _json_known(spool_dir: str, tool: str) -> bool | None:
 
 
 def _json_remember(spool_dir: str, tool: str, works: bool) -> None:
-    from producers.slurm import spool
+    from gpugap.producers.slurm import spool
 
     stamp = _stamp(tool)
     if stamp is not None:

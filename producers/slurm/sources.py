@@ -11,11 +11,11 @@ import logging
 import os
 from typing import Any
 
-from producers.slurm import squeue as squeue_parse
-from producers.slurm.event import JobInfo
-from producers.slurm.hostlist import indices
-from producers.slurm.parse import SACCT_FIELDS, ParseError, sacct_jobs
-from producers.slurm.scontrol import scontrol_jobs
+from gpugap.producers.slurm import squeue as squeue_parse
+from gpugap.producers.slurm.event import JobInfo
+from gpugap.producers.slurm.hostlist import indices
+from gpugap.producers.slurm.parse import SACCT_FIELDS, ParseError, sacct_jobs
+from gpugap.producers.slurm.scontrol import scontrol_jobs
 
 log = logging.getLogger(__name__)
 Result = tuple[list[JobInfo], list[tuple[str, str]]]
@@ -132,8 +132,8 @@ def pyslurm_jobs(pyslurm: Any) -> Result:
 
 
 def _from_pyslurm(job: Any) -> JobInfo:
-    from producers.slurm.hostlist import expand
-    from producers.slurm.parse import base_state
+    from gpugap.producers.slurm.hostlist import expand
+    from gpugap.producers.slurm.parse import base_state
 
     info = JobInfo(raw_id=str(job.id))
     if job.array_id:

@@ -28,7 +28,7 @@ import os
 import stat
 import time
 
-from producers.slurm.event import encode
+from gpugap.producers.slurm.event import encode
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (hook start-up)
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from producers.slurm.event import JobInfo
-from producers.slurm.hostlist import expand
-from producers.slurm.parse import NO_VAL, ParseError, gres_indices, tres_gpus
+from gpugap.producers.slurm.event import JobInfo
+from gpugap.producers.slurm.hostlist import expand
+from gpugap.producers.slurm.parse import NO_VAL, ParseError, gres_indices, tres_gpus
 
 
 def _num(value: Any, what: str) -> int | None:

@@ -26,12 +26,12 @@ from typing import IO, Any, ClassVar
 
 from pydantic import ValidationError
 
-from groundfloor.settings import Settings
-from producers.base import Producer
-from schemas import Topic
-from schemas.errors import ConfigError
-from schemas.models import Transfer
-from schemas.topics import TRANSFERS
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.base import Producer
+from gpugap.schemas import Topic
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.models import Transfer
+from gpugap.schemas.topics import TRANSFERS
 
 from .settings import TransfersCsvSettings
 

@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from groundfloor.settings import Settings
-from groundfloor.timearg import parse_time
-from producers.base import Producer
-from producers.prometheus.http import PrometheusError, PrometheusHttp
-from schemas import Topic
-from schemas.errors import ConfigError
-from schemas.models import MAX_TRANSFER_BYTES, MAX_TRANSFER_INTERVAL_S, Transfer
-from schemas.topics import TRANSFERS
+from gpugap.groundfloor.settings import Settings
+from gpugap.groundfloor.timearg import parse_time
+from gpugap.producers.base import Producer
+from gpugap.producers.prometheus.http import PrometheusError, PrometheusHttp
+from gpugap.schemas import Topic
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.models import MAX_TRANSFER_BYTES, MAX_TRANSFER_INTERVAL_S, Transfer
+from gpugap.schemas.topics import TRANSFERS
 
 from .prometheus_settings import Link, TransfersPrometheusSettings
 

@@ -1,6 +1,6 @@
 """``gpugap produce transfers-csv``: declared here, built from ``producers.REGISTRY``."""
 
-from groundfloor.plugin import Option, Plugin
+from gpugap.groundfloor.plugin import Option, Plugin
 
 from .settings import TransfersCsvSettings
 
@@ -8,7 +8,7 @@ PLUGIN = Plugin(
     name="transfers-csv",
     help="import cloud billing egress lines (CSV) as boundary transfers (transfers.v1)",
     extra="all",  # nothing beyond the core (csv, hashlib)
-    target="producers.transfers.csv_import:TransfersCsv",
+    target="gpugap.producers.transfers.csv_import:TransfersCsv",
     settings=TransfersCsvSettings,
     options=(
         Option(

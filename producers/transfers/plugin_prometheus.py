@@ -1,6 +1,6 @@
 """``gpugap produce transfers-prometheus``: declared here, built from ``producers.REGISTRY``."""
 
-from groundfloor.plugin import Option, Plugin
+from gpugap.groundfloor.plugin import Option, Plugin
 
 from .prometheus_settings import TransfersPrometheusSettings
 
@@ -8,7 +8,7 @@ PLUGIN = Plugin(
     name="transfers-prometheus",
     help="node_exporter interface counters in Prometheus as boundary transfers (transfers.v1)",
     extra="dcgm",  # aiohttp, as the dcgm-exporter scraper
-    target="producers.transfers.node_exporter:TransfersPrometheus",
+    target="gpugap.producers.transfers.node_exporter:TransfersPrometheus",
     settings=TransfersPrometheusSettings,
     requires=("aiohttp",),
     options=(

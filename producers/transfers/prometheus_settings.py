@@ -11,7 +11,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
-from groundfloor.settings import env_config, read_secret
+from gpugap.groundfloor.settings import env_config, read_secret
 
 #: one PromQL label matcher: name, operator, double-quoted value (no braces, no commas inside
 #: names): ``job="node"``, ``instance=~"hpc-.*"``

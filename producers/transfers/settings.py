@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
-from groundfloor.settings import CommaList, comma_list, env_config
+from gpugap.groundfloor.settings import CommaList, comma_list, env_config
 
 #: record field -> the CSV header that holds it, unless GPUGAP_TRANSFERS_COLUMNS says otherwise
 DEFAULT_COLUMNS = {

@@ -1,6 +1,6 @@
 """``gpugap notify alertmanager``: declared here, built from ``sinks.REGISTRY``."""
 
-from groundfloor.plugin import Plugin
+from gpugap.groundfloor.plugin import Plugin
 
 from .settings import AlertmanagerSettings
 
@@ -9,7 +9,7 @@ PLUGIN = Plugin(
     help="idle-GPU and partial-gang alerts to Prometheus Alertmanager (API v2), resolved "
     "when they end",
     extra="notify",
-    target="sinks.alertmanager.target:AlertmanagerTarget",
+    target="gpugap.sinks.alertmanager.target:AlertmanagerTarget",
     settings=AlertmanagerSettings,
     requires=("aiohttp",),
     kind="notify",

@@ -28,14 +28,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, urlsplit
 
-from groundfloor.settings import KafkaSettings
-from schemas import Alert, AlertDelivery, Record, utc_now
-from schemas.clock import parse_utc
-from schemas.errors import ConfigError, RetriableError
-from schemas.models import episode_start
-from schemas.types import AlertKind, AlertState, format_utc
-from sinks.alerting import AlertTarget, Refused
-from sinks.alertmanager.settings import AlertmanagerSettings
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import Alert, AlertDelivery, Record, utc_now
+from gpugap.schemas.clock import parse_utc
+from gpugap.schemas.errors import ConfigError, RetriableError
+from gpugap.schemas.models import episode_start
+from gpugap.schemas.types import AlertKind, AlertState, format_utc
+from gpugap.sinks.alerting import AlertTarget, Refused
+from gpugap.sinks.alertmanager.settings import AlertmanagerSettings
 
 if TYPE_CHECKING:
     import aiohttp

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from groundfloor.ratecard import RateCard, configured_card, write_rate_card
-from groundfloor.settings import ClickHouseSettings, Settings
-from schemas import (
+from gpugap.groundfloor.ratecard import RateCard, configured_card, write_rate_card
+from gpugap.groundfloor.settings import ClickHouseSettings, Settings
+from gpugap.schemas import (
     Alert,
     AlertDelivery,
     DeadLetter,
@@ -26,9 +26,9 @@ from schemas import (
     Record,
     SlurmJobEvent,
 )
-from schemas.errors import RetriableError
-from schemas.models import Recommendation, Transfer
-from schemas.topics import (
+from gpugap.schemas.errors import RetriableError
+from gpugap.schemas.models import Recommendation, Transfer
+from gpugap.schemas.topics import (
     ALERTS,
     DEAD_LETTER,
     DELIVERIES,
@@ -38,9 +38,9 @@ from schemas.topics import (
     SLURM_JOBS,
     TRANSFERS,
 )
-from sinks.base import BatchingSink, Rejected
-from warehouse.client import as_gpugap_error, connect
-from warehouse.rows import (
+from gpugap.sinks.base import BatchingSink, Rejected
+from gpugap.warehouse.client import as_gpugap_error, connect
+from gpugap.warehouse.rows import (
     ALERT_COLUMNS,
     ALLOCATION_COLUMNS,
     DAILY,

@@ -1,8 +1,8 @@
 """``gpugap notify console``: declared here, built from ``sinks.REGISTRY``."""
 
-from groundfloor.plugin import Plugin
-from groundfloor.settings import env_config
-from sinks.routing import TargetSettings
+from gpugap.groundfloor.plugin import Plugin
+from gpugap.groundfloor.settings import env_config
+from gpugap.sinks.routing import TargetSettings
 
 
 class ConsoleSettings(TargetSettings):
@@ -13,7 +13,7 @@ PLUGIN = Plugin(
     name="console",
     help="a line per alert opened and resolved, on standard output (a first look)",
     extra="all",  # nothing beyond the core
-    target="sinks.console.target:ConsoleTarget",
+    target="gpugap.sinks.console.target:ConsoleTarget",
     settings=ConsoleSettings,
     kind="notify",
 )

@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 from typing import ClassVar
 
-from schemas import Alert
-from sinks.alerting import AlertTarget
-from sinks.message import describe
+from gpugap.schemas import Alert
+from gpugap.sinks.alerting import AlertTarget
+from gpugap.sinks.message import describe
 
 
 class ConsoleTarget(AlertTarget):

@@ -1,6 +1,6 @@
 """``gpugap notify email``: declared here, built from ``sinks.REGISTRY``."""
 
-from groundfloor.plugin import Plugin
+from gpugap.groundfloor.plugin import Plugin
 
 from .settings import EmailSettings
 
@@ -9,7 +9,7 @@ PLUGIN = Plugin(
     help="a mail per alert opened and resolved (SMTP with STARTTLS and AUTH), to a list "
     "and to the owner",
     extra="all",  # the standard library's smtplib
-    target="sinks.email.target:EmailTarget",
+    target="gpugap.sinks.email.target:EmailTarget",
     settings=EmailSettings,
     kind="notify",
 )

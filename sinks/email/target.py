@@ -39,13 +39,13 @@ from email.message import EmailMessage
 from email.utils import formatdate, parseaddr
 from typing import Any
 
-from groundfloor.settings import KafkaSettings
-from groundfloor.text import clean
-from schemas import Alert
-from schemas.errors import ConfigError, RetriableError
-from schemas.types import AlertState
-from sinks.alerting import AlertTarget, Refused
-from sinks.message import check_template, describe, plain_text
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.groundfloor.text import clean
+from gpugap.schemas import Alert
+from gpugap.schemas.errors import ConfigError, RetriableError
+from gpugap.schemas.types import AlertState
+from gpugap.sinks.alerting import AlertTarget, Refused
+from gpugap.sinks.message import check_template, describe, plain_text
 
 from .settings import EmailSettings
 

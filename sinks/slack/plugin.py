@@ -1,6 +1,6 @@
 """``gpugap notify slack``: declared here, built from ``sinks.REGISTRY``."""
 
-from groundfloor.plugin import Plugin
+from gpugap.groundfloor.plugin import Plugin
 
 from .settings import SlackSettings
 
@@ -8,7 +8,7 @@ PLUGIN = Plugin(
     name="slack",
     help="a message per alert opened and resolved, to a Slack-compatible incoming webhook",
     extra="notify",
-    target="sinks.slack.target:SlackTarget",
+    target="gpugap.sinks.slack.target:SlackTarget",
     settings=SlackSettings,
     requires=("aiohttp",),
     kind="notify",

@@ -7,8 +7,8 @@ from typing import Self
 
 from pydantic import Field, SecretStr, model_validator
 
-from groundfloor.settings import env_config, read_secret
-from sinks.routing import TargetSettings
+from gpugap.groundfloor.settings import env_config, read_secret
+from gpugap.sinks.routing import TargetSettings
 
 
 class SlackSettings(TargetSettings):

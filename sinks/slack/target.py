@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from groundfloor.settings import KafkaSettings
-from schemas import Alert
-from schemas.errors import ConfigError
-from sinks.http import HttpTarget, http_url, post
-from sinks.message import check_template, describe, mrkdwn
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import Alert
+from gpugap.schemas.errors import ConfigError
+from gpugap.sinks.http import HttpTarget, http_url, post
+from gpugap.sinks.message import check_template, describe, mrkdwn
 
 from .settings import SlackSettings
 

@@ -1,6 +1,6 @@
 """``gpugap notify webhook``: declared here, built from ``sinks.REGISTRY``."""
 
-from groundfloor.plugin import Plugin
+from gpugap.groundfloor.plugin import Plugin
 
 from .settings import WebhookSettings
 
@@ -8,7 +8,7 @@ PLUGIN = Plugin(
     name="webhook",
     help="the alert record as versioned JSON, HMAC-signed, POSTed to a URL",
     extra="notify",
-    target="sinks.webhook.target:WebhookTarget",
+    target="gpugap.sinks.webhook.target:WebhookTarget",
     settings=WebhookSettings,
     requires=("aiohttp",),
     kind="notify",

@@ -54,11 +54,11 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from groundfloor.settings import KafkaSettings
-from schemas import Alert, encode
-from schemas.errors import ConfigError
-from schemas.types import AlertState
-from sinks.http import HttpTarget, http_url, post
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import Alert, encode
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.types import AlertState
+from gpugap.sinks.http import HttpTarget, http_url, post
 
 from .settings import WebhookSettings
 

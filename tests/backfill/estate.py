@@ -22,7 +22,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from schemas import K8sPodEvent, NodeSample, Record, SlurmJobEvent
+from gpugap.schemas import K8sPodEvent, NodeSample, Record, SlurmJobEvent
 from tests.backfill.history import Series
 
 KSM_STEP_S = 30

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from schemas import TOPICS, Record, decode
+from gpugap.schemas import TOPICS, Record, decode
 from tests.harness.prometheus import (
     Prometheus,
     PrometheusBuildError,

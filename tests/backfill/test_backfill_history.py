@@ -25,23 +25,23 @@ from typing import Any
 
 import pytest
 
+from gpugap.groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings, Settings
+from gpugap.producers.backfill.kube import KubeStateHistory
+from gpugap.producers.backfill.runner import Backfill
+from gpugap.producers.backfill.settings import BackfillSettings
+from gpugap.producers.backfill.slurm import SlurmHistory
+from gpugap.producers.backfill.telemetry import PrometheusTelemetry
+from gpugap.producers.base import run_producer
+from gpugap.schemas import TOPICS, NodeSample, SlurmJobEvent
 from gpugap.simulator.simulator import Simulator
-from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
-from groundfloor.settings import ClickHouseSettings, KafkaSettings, Settings
-from producers.backfill.kube import KubeStateHistory
-from producers.backfill.runner import Backfill
-from producers.backfill.settings import BackfillSettings
-from producers.backfill.slurm import SlurmHistory
-from producers.backfill.telemetry import PrometheusTelemetry
-from producers.base import run_producer
-from schemas import TOPICS, NodeSample, SlurmJobEvent
+from gpugap.warehouse.client import connect
+from gpugap.warehouse.migrate import migrate
 from tests.backfill.estate import dcgm_series, ksm_series, sacct_dump
 from tests.backfill.history import Series, prometheus_with, read_jsonl
 from tests.harness.commands import run_worker
 from tests.harness.topics import create_topics
 from tests.streams.test_end_to_end import store, utc
-from warehouse.client import connect
-from warehouse.migrate import migrate
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(1800)]
 SCENARIO = Path(__file__).with_name("three_days.toml")

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from gpugap.producers.backfill.plan import Checkpoint, Progress, chunks
+from gpugap.producers.backfill.settings import BackfillSettings
+from gpugap.schemas import NodeGpus, SlurmJobEvent
+from gpugap.schemas.errors import ConfigError
 from gpugap.services.kafka import free_port
-from producers.backfill.plan import Checkpoint, Progress, chunks
-from producers.backfill.settings import BackfillSettings
-from schemas import NodeGpus, SlurmJobEvent
-from schemas.errors import ConfigError
-from streams.allocate import from_slurm
+from gpugap.streams.allocate import from_slurm
 
 H = 3_600_000
 

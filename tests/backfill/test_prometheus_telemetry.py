@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from groundfloor.kafka.publish import JsonlPublisher
-from groundfloor.settings import Settings
-from producers import run_producer
-from producers.backfill.settings import BackfillSettings
-from producers.backfill.telemetry import PrometheusTelemetry
-from producers.dcgm.parse import parse_scrape
-from schemas import NodeSample
+from gpugap.groundfloor.kafka.publish import JsonlPublisher
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers import run_producer
+from gpugap.producers.backfill.settings import BackfillSettings
+from gpugap.producers.backfill.telemetry import PrometheusTelemetry
+from gpugap.producers.dcgm.parse import parse_scrape
+from gpugap.schemas import NodeSample
 from tests.backfill.history import Series, prometheus_with, read_jsonl
 from tests.harness.prometheus import Prometheus
 
@@ -132,7 +132,7 @@ def test_a_finished_range_publishes_nothing_again_and_restart_the_same(
 
 
 def test_exported_pod_labels_are_the_workloads_and_the_exporters_own_are_not() -> None:
-    from producers.backfill.telemetry import workload_labels
+    from gpugap.producers.backfill.telemetry import workload_labels
 
     seen_through_a_service = {
         "pod": "dcgm-exporter-x7k2p",

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
-from groundfloor.settings import Settings
-from producers import run_producer
-from producers.backfill.plugin import SOURCES
-from producers.backfill.settings import SlurmBackfillSettings
-from producers.backfill.slurm import SlurmHistory
-from producers.slurm.fields import SACCT_FIELDS
-from schemas import DeadLetter, SlurmJobEvent
-from schemas.errors import ConfigError
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers import run_producer
+from gpugap.producers.backfill.plugin import SOURCES
+from gpugap.producers.backfill.settings import SlurmBackfillSettings
+from gpugap.producers.backfill.slurm import SlurmHistory
+from gpugap.producers.slurm.fields import SACCT_FIELDS
+from gpugap.schemas import DeadLetter, SlurmJobEvent
+from gpugap.schemas.errors import ConfigError
 from tests.streams.helpers import Recording
 
 SLURM = "slurm.jobs.v1"

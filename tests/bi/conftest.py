@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.settings import ClickHouseSettings
 from tests.harness import bi_drivers as drivers
 from tests.harness.warehouse import READER_PASSWORD
 
@@ -55,7 +55,7 @@ T_FROM, T_TO = 1714554000, 1714561200
 
 def warehouse_views() -> list[str]:
     names: set[str] = set()
-    pkg = resources.files("warehouse.migrations")
+    pkg = resources.files("gpugap.warehouse.migrations")
     for f in pkg.iterdir():
         if f.name.endswith(".sql"):
             names |= set(re.findall(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)", f.read_text(), re.I))
@@ -104,7 +104,7 @@ def account(request: pytest.FixtureRequest, clickhouse_server: ClickHouseSetting
 
 @pytest.fixture
 def warehouse(clickhouse: ClickHouseSettings) -> Iterator[Warehouse]:
-    from warehouse.client import connect
+    from gpugap.warehouse.client import connect
 
     admin = connect(clickhouse)
     try:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.settings import ClickHouseSettings
 from tests.bi import grafana
 from tests.bi.conftest import built, run_json
 from tests.harness import bi_drivers as drivers

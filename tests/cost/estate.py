@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from groundfloor.ratecard import RateCard
-from schemas.examples import gpu_uuid
-from schemas.models import GpuMinute, Record, Transfer
+from gpugap.groundfloor.ratecard import RateCard
+from gpugap.schemas.examples import gpu_uuid
+from gpugap.schemas.models import GpuMinute, Record, Transfer
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 MIG = "MIG-" + gpu_uuid("cloud-mig-01", 0)[4:]

@@ -13,16 +13,16 @@ import pytest
 
 from gpugap.cli import main
 from gpugap.cost.report import extend_schema
+from gpugap.groundfloor.ratecard import RateCard
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.producers.replay.producer import parse_line
+from gpugap.producers.transfers.csv_import import BadRow, rows
+from gpugap.producers.transfers.settings import TransfersCsvSettings
 from gpugap.report import report_schema
-from groundfloor.ratecard import RateCard
-from groundfloor.settings import ClickHouseSettings
-from producers.replay.producer import parse_line
-from producers.transfers.csv_import import BadRow, rows
-from producers.transfers.settings import TransfersCsvSettings
-from schemas.models import Record, Transfer
-from sinks.clickhouse.sink import ClickHouseSink
+from gpugap.schemas.models import Record, Transfer
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.warehouse.client import connect
 from tests.cost.estate import CARD, H100_HPC, HPC_KWH, minutes, transfers
-from warehouse.client import connect
 
 BILL = """\
 identity/LineItemId,lineItem/UsageStartDate,lineItem/UsageType,lineItem/UsageAmount,lineItem/UnblendedCost,resourceTags/user:team

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from groundfloor.settings import ClickHouseSettings
-from sinks.clickhouse.sink import ClickHouseSink
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.warehouse.client import connect
 from tests.cost.estate import (
     A100_HPC,
     CLOUD_CO2,
@@ -23,7 +24,6 @@ from tests.cost.estate import (
     minutes,
     transfers,
 )
-from warehouse.client import connect
 
 approx = pytest.approx
 
@@ -160,7 +160,7 @@ def test_transfers_bytes_and_cost_per_direction(clickhouse: ClickHouseSettings) 
 
 
 def test_a_new_card_replaces_the_old_one(clickhouse: ClickHouseSettings) -> None:
-    from groundfloor.ratecard import RateCard, write_rate_card
+    from gpugap.groundfloor.ratecard import RateCard, write_rate_card
 
     store(clickhouse)
     c = connect(clickhouse)

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from groundfloor.kafka.publish import JsonlPublisher
-from groundfloor.ratecard import RateCard
-from groundfloor.settings import ClickHouseSettings, Settings
-from producers import plugin, run_producer
-from producers.transfers.node_exporter import TransfersPrometheus, chunks, grid, node_name
-from producers.transfers.prometheus_settings import TransfersPrometheusSettings
-from schemas.models import Transfer
-from sinks.clickhouse.sink import ClickHouseSink
+from gpugap.groundfloor.kafka.publish import JsonlPublisher
+from gpugap.groundfloor.ratecard import RateCard
+from gpugap.groundfloor.settings import ClickHouseSettings, Settings
+from gpugap.producers import plugin, run_producer
+from gpugap.producers.transfers.node_exporter import TransfersPrometheus, chunks, grid, node_name
+from gpugap.producers.transfers.prometheus_settings import TransfersPrometheusSettings
+from gpugap.schemas.models import Transfer
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
 from tests.cost.estate import CARD, T0
 from tests.cost.test_cost_views import query
 from tests.harness.prometheus import (
@@ -191,7 +191,7 @@ def produce_window(prom: Prometheus, out: Path, start_min: int, end_min: int) ->
 
 
 def test_bounds_are_errors_not_truncation(prometheus: Prometheus, tmp_path: Path) -> None:
-    from producers.transfers.node_exporter import PrometheusError
+    from gpugap.producers.transfers.node_exporter import PrometheusError
 
     with pytest.raises(PrometheusError, match="max_series"):
         produce(prometheus, tmp_path / "s.jsonl", max_series=1)

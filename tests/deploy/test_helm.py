@@ -210,10 +210,11 @@ def test_args_are_real_gpugap_commands(rendered: dict[str, list[dict[str, Any]]]
 def _setting_names() -> set[str]:
     from pydantic_settings import BaseSettings
 
-    for mod in ("groundfloor.settings", "producers.kubernetes.settings",
-                "producers.nvml.settings", "producers.dcgm.settings",
-                "sinks.alertmanager.settings", "sinks.slack.settings", "sinks.email.settings",
-                "sinks.webhook.settings"):  # fmt: skip
+    for mod in ("gpugap.groundfloor.settings", "gpugap.producers.kubernetes.settings",
+                "gpugap.producers.nvml.settings", "gpugap.producers.dcgm.settings",
+                "gpugap.sinks.alertmanager.settings", "gpugap.sinks.slack.settings",
+                "gpugap.sinks.email.settings", "gpugap.sinks.webhook.settings",
+                "gpugap.streams.settings"):  # fmt: skip
         importlib.import_module(mod)
 
     def walk(cls: type[BaseSettings]) -> Iterator[type[BaseSettings]]:
@@ -348,9 +349,9 @@ def test_replicas(helm: Path, rendered: dict[str, list[dict[str, Any]]]) -> None
 def test_kafka_topics_partitioned_as_the_worker_needs(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
-    from groundfloor.settings import KafkaSettings
-    from schemas.topics import SAMPLES, TOPICS
-    from streams.runtime import episodes_topic, state_topic
+    from gpugap.groundfloor.settings import KafkaSettings
+    from gpugap.schemas.topics import SAMPLES, TOPICS
+    from gpugap.streams.runtime import episodes_topic, state_topic
 
     values = yaml.safe_load(VALUES_ALL.read_text())["kafkaTopics"]
     assert not kinds(rendered["default"], "KafkaTopic")

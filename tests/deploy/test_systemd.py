@@ -118,7 +118,7 @@ def test_units_run_real_commands_and_settings(unit: Path) -> None:
         )
         for flag in [a for a in ns.rest if a.startswith("--")]:
             assert re.search(rf"\s{re.escape(flag)}\b", proc.stdout), f"{flag}?\n{proc.stdout}"
-    for mod in ("groundfloor.settings", "producers.slurm.settings"):
+    for mod in ("gpugap.groundfloor.settings", "gpugap.producers.slurm.settings"):
         importlib.import_module(mod)
 
     def walk(cls: type[BaseSettings]) -> Iterator[type[BaseSettings]]:

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-import producers
-import sinks
+from gpugap import producers, sinks
 from gpugap.cli import main
-from groundfloor.settings import Settings
-from schemas import decode
-from schemas.examples import node_samples
-from schemas.topics import MINUTES, SAMPLES
+from gpugap.groundfloor.settings import Settings
+from gpugap.schemas import decode
+from gpugap.schemas.examples import node_samples
+from gpugap.schemas.topics import MINUTES, SAMPLES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
@@ -42,14 +41,18 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
             (path.parent / "__init__.py").touch()
             path.write_text(body)
         elif (line := re.fullmatch(r'\s*"(\w+)": "([\w.:]+)",\n', block)) is not None:
-            registry = producers.REGISTRY if line[2].startswith("producers.") else sinks.REGISTRY
+            registry = (
+                producers.REGISTRY if line[2].startswith("gpugap.producers.") else sinks.REGISTRY
+            )
             monkeypatch.setitem(registry, line[1], line[2])
             registered += 1
     assert registered == 2, "the page shows one registry line for each part"
     monkeypatch.setattr(producers, "__path__", [*producers.__path__, str(tmp_path / "producers")])
     monkeypatch.setattr(sinks, "__path__", [*sinks.__path__, str(tmp_path / "sinks")])
     yield tmp_path
-    for name in [m for m in sys.modules if m.startswith(("producers.smi", "sinks.jsonl"))]:
+    for name in [
+        m for m in sys.modules if m.startswith(("gpugap.producers.smi", "gpugap.sinks.jsonl"))
+    ]:
         del sys.modules[name]
 
 

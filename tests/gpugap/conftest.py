@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.warehouse.client import connect
+from gpugap.warehouse.migrate import migrate
 from tests.gpugap.report_data import store
-from warehouse.client import connect
-from warehouse.migrate import migrate
 
 
 @pytest.fixture(scope="session")

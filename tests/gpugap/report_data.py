@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from groundfloor.settings import ClickHouseSettings
-from schemas import Alert, GpuMinute, K8sPodEvent, NodeGpus, Record, SlurmJobEvent
-from schemas.examples import gpu_uuid
-from sinks.clickhouse.sink import ClickHouseSink
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.schemas import Alert, GpuMinute, K8sPodEvent, NodeGpus, Record, SlurmJobEvent
+from gpugap.schemas.examples import gpu_uuid
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
 
 T0 = datetime(2026, 11, 2, 23, 0, tzinfo=UTC)
 MINUTES = 120

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gpugap.demo_watch import Watch, against_truth
-from groundfloor.settings import KafkaSettings
+from gpugap.groundfloor.settings import KafkaSettings
 from tests.harness.topics import create_topics
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
-from groundfloor.settings import ClickHouseSettings
-from schemas import Record
-from sinks.clickhouse.sink import ClickHouseSink
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.schemas import Record
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
 from tests.sinks.receivers import Mail, SmtpServer, make_pki
 from tests.warehouse.test_views import T0, job, minute
 

@@ -16,11 +16,11 @@ from typing import Any
 import jsonschema
 import pytest
 
+from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.report import build_report, render, report_for, report_schema
 from gpugap.report.queries import window_parameters
-from groundfloor.settings import ClickHouseSettings
+from gpugap.warehouse.client import connect
 from tests.gpugap.report_data import T0
-from warehouse.client import connect
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "report"
 UPDATE = os.environ.get("GPUGAP_UPDATE_GOLDEN") == "1"  # rewrite the golden files, then review

@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 
 from gpugap.cli import main
+from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.report import report_schema
 from gpugap.services.kafka import free_port
-from groundfloor.settings import ClickHouseSettings
 
 
 @pytest.fixture

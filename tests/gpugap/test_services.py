@@ -65,7 +65,7 @@ def test_up_status_down_and_a_second_up_downloads_nothing(tmp_path: Path) -> Non
 
 
 def test_missing_java_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
-    from schemas.errors import ServiceError
+    from gpugap.schemas.errors import ServiceError
 
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ServiceError, match=r"Java 17\+ is required"):

@@ -17,16 +17,16 @@ from typing import Any, ClassVar
 import pytest
 
 from gpugap.cli import main
+from gpugap.groundfloor.kafka.consume import DeadLetters
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings, ServicesSettings, Settings
+from gpugap.schemas import Record, Topic
+from gpugap.schemas.errors import GpugapError
+from gpugap.schemas.topics import ALERTS, ALLOCATIONS, DEAD_LETTER, MINUTES, SAMPLES
 from gpugap.services.kafka import LocalKafka
-from groundfloor.kafka.consume import DeadLetters
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings, ServicesSettings, Settings
-from schemas import Record, Topic
-from schemas.errors import GpugapError
-from schemas.topics import ALERTS, ALLOCATIONS, DEAD_LETTER, MINUTES, SAMPLES
-from sinks.base import BatchingSink
-from sinks.clickhouse.sink import ClickHouseSink
-from streams.join import INPUTS as WORKER_INPUTS
+from gpugap.sinks.base import BatchingSink
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.streams.join import INPUTS as WORKER_INPUTS
 from tests.harness.commands import run_worker
 from tests.harness.services import unavailable
 
@@ -66,8 +66,8 @@ def simulate(path: Path) -> None:
 
 
 async def replay(kafka: KafkaSettings, path: Path) -> None:
-    from producers.base import run_producer
-    from producers.replay.producer import Replay
+    from gpugap.producers.base import run_producer
+    from gpugap.producers.replay.producer import Replay
 
     await run_producer(Replay(Settings(kafka=kafka), path), KafkaPublisher(kafka))
 
@@ -220,7 +220,7 @@ def test_no_right_to_create_topics_is_one_warning(
 ) -> None:
     import aiokafka.admin
 
-    from groundfloor.kafka import admin
+    from gpugap.groundfloor.kafka import admin
 
     monkeypatch.setattr(aiokafka.admin, "AIOKafkaAdminClient", _Denied)
     monkeypatch.setattr(admin, "_settled", set())
@@ -229,7 +229,7 @@ def test_no_right_to_create_topics_is_one_warning(
         assert asyncio.run(admin.ensure_topics(settings, ["exists", "a", "b"])) == []
     # asked once, with the fallback defaults (no right to read the broker's either)
     assert _Denied.created == [[("a", 1, 3), ("b", 1, 3)]]
-    warnings = [r for r in caplog.records if r.name == "groundfloor.kafka.admin"]
+    warnings = [r for r in caplog.records if r.name == "gpugap.groundfloor.kafka.admin"]
     assert [r.levelname for r in warnings] == ["WARNING"]
     assert "they must exist" in warnings[0].getMessage()
     assert "a, b" in warnings[0].getMessage()

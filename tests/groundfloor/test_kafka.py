@@ -9,12 +9,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from groundfloor.kafka.consume import DeadLetters, RawMessage, consume
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings
-from schemas import DeadLetter, NodeSample, Record, encode
-from schemas.examples import node_samples
-from schemas.topics import DEAD_LETTER, SAMPLES
+from gpugap.groundfloor.kafka.consume import DeadLetters, RawMessage, consume
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import DeadLetter, NodeSample, Record, encode
+from gpugap.schemas.examples import node_samples
+from gpugap.schemas.topics import DEAD_LETTER, SAMPLES
 from tests.harness.topics import create_topics, read_topic
 
 pytestmark = pytest.mark.kafka
@@ -134,7 +134,7 @@ def test_a_batch_the_linger_could_not_send_is_an_error_not_a_silent_loss(
     # accumulator does not come in time (a broker down): once, in the linger-time send
     from aiokafka.errors import KafkaTimeoutError
 
-    from schemas.errors import RetriableError
+    from gpugap.schemas.errors import RetriableError
 
     sample = next(node_samples(1, nodes=1))
 
@@ -177,7 +177,7 @@ def test_seek_to_start_reads_from_the_first_offset_whatever_reset_ran(
     # explicit positions hold.
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from groundfloor.kafka.consume import seek_to_start
+    from gpugap.groundfloor.kafka.consume import seek_to_start
 
     sent = list(node_samples(5, nodes=1))
 

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
+from gpugap.groundfloor.kafka.consume import DeadLetters, RawMessage, consume
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings, Settings, load
+from gpugap.schemas import TOPICS, Record
+from gpugap.schemas.errors import ConfigError, RetriableError
+from gpugap.schemas.examples import node_samples
+from gpugap.schemas.topics import MINUTES, SAMPLES
 from gpugap.services.kafka import broker_ready
-from groundfloor.kafka.consume import DeadLetters, RawMessage, consume
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings, Settings, load
-from schemas import TOPICS, Record
-from schemas.errors import ConfigError, RetriableError
-from schemas.examples import node_samples
-from schemas.topics import MINUTES, SAMPLES
 from tests.harness.commands import run_gpugap
 from tests.harness.kafka_tls import Pki, TlsBroker, make_pki
 from tests.harness.topics import create_topics, read_topic
@@ -148,7 +148,7 @@ def test_client_options_carry_the_tls_context_and_config_show_masks_the_key_pass
 def test_the_faust_app_gets_the_same_credentials(pki: Pki) -> None:
     from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-    from streams.app import _credentials
+    from gpugap.streams.app import _credentials
 
     def auth(**kw: object) -> dict[str, object]:
         kafka = KafkaSettings(**kw)  # type: ignore[arg-type]
@@ -226,8 +226,8 @@ def test_workers_run_over_mutual_tls(kafka_tls: KafkaSettings, kafka_tls_broker:
     """Every client a worker makes (Faust's consumer and producer, the runtime's own
     consumers, admin and state producer, the publisher) reaches the mTLS listener: one
     without the TLS context could not connect at all."""
+    from gpugap.producers.base import run_producer
     from gpugap.simulator.simulator import Simulator
-    from producers.base import run_producer
     from tests.harness.topics import create_topics as create_worker_topics
 
     async def feed() -> None:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings, ServicesSettings
-from producers.slurm import wire
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings, ServicesSettings
+from gpugap.producers.slurm import wire
 from tests.harness.topics import create_topics
 
 pytestmark = pytest.mark.kafka

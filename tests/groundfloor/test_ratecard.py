@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpugap.simulator import estate as sim_estate
-from gpugap.simulator.scenario import load
-from groundfloor.ratecard import (
+from gpugap.groundfloor.ratecard import (
     RATE_COLUMNS,
     CostSettings,
     RateCard,
@@ -22,7 +20,9 @@ from groundfloor.ratecard import (
     rate_rows,
     validate_card,
 )
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
+from gpugap.simulator import estate as sim_estate
+from gpugap.simulator.scenario import load
 from tests.cost.estate import CARD, H100_HPC
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "cost-rate-card.example.yaml"

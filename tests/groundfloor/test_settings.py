@@ -5,8 +5,8 @@ import pytest
 from pydantic import ValidationError
 
 from gpugap.cli import main
-from groundfloor.settings import KafkaSettings, load
-from schemas.errors import ConfigError
+from gpugap.groundfloor.settings import KafkaSettings, load
+from gpugap.schemas.errors import ConfigError
 
 
 def test_env_prefix_per_component(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from groundfloor.timearg import parse_time
-from schemas.errors import ConfigError
+from gpugap.groundfloor.timearg import parse_time
+from gpugap.schemas.errors import ConfigError
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
 

@@ -27,8 +27,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from gpugap.groundfloor.settings import ServicesSettings
 from gpugap.services.kafka import free_port
-from groundfloor.settings import ServicesSettings
 from tests.harness.prom_process import PromProcess
 
 VERSION = "0.35.0"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from groundfloor.kafka.publish import Publisher, event_time_ms
-from schemas import Record, Topic, encode
+from gpugap.groundfloor.kafka.publish import Publisher, event_time_ms
+from gpugap.schemas import Record, Topic, encode
 
 Msg = tuple[str, bytes | None, bytes, int | None]  # topic (unprefixed), key, value, timestamp
 

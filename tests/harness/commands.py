@@ -9,7 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from groundfloor.settings import KafkaSettings
+from gpugap.groundfloor.settings import KafkaSettings
 
 
 def run_gpugap(

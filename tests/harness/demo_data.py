@@ -24,14 +24,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from groundfloor.kafka.consume import RawMessage
-from groundfloor.settings import ClickHouseSettings, IdleSettings
-from schemas import Record, by_name, decode
-from schemas.errors import InvalidRecord
-from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
-from sinks.clickhouse.sink import ClickHouseSink
-from streams.core import CoreConfig
-from streams.join import Join
+from gpugap.groundfloor.kafka.consume import RawMessage
+from gpugap.groundfloor.settings import ClickHouseSettings, IdleSettings
+from gpugap.schemas import Record, by_name, decode
+from gpugap.schemas.errors import InvalidRecord
+from gpugap.schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.streams.core import CoreConfig
+from gpugap.streams.join import Join
 from tests.harness.capture import Capture, Msg
 
 WORKER_INPUTS = {SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name}

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from schemas.errors import ServiceError
+from gpugap.schemas.errors import ServiceError
 
 
 class EmbeddedClickHouse:

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from groundfloor.settings import ServicesSettings
+from gpugap.groundfloor.settings import ServicesSettings
 from tests.harness.go_build import find_go, run
 
 VERSION = "4.3.2"

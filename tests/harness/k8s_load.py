@@ -259,9 +259,9 @@ def measure(pods: int, burst: int) -> dict[str, float]:
     # the client's API modules load lazily and take seconds: imported before the clock starts
     from kubernetes.client import CoreV1Api, CustomObjectsApi  # noqa: F401
 
-    from groundfloor.kafka.publish import JsonlPublisher
-    from producers import run_producer
-    from producers.kubernetes.producer import KubernetesProducer
+    from gpugap.groundfloor.kafka.publish import JsonlPublisher
+    from gpugap.producers import run_producer
+    from gpugap.producers.kubernetes.producer import KubernetesProducer
     from tests.harness.k8s_api import write_kubeconfig
     from tests.harness.k8s_run import settings_for
 

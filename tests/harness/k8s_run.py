@@ -9,13 +9,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from groundfloor.kafka.publish import JsonlPublisher, Publisher
-from groundfloor.settings import Settings
-from producers import run_producer
-from producers.kubernetes.producer import KubernetesProducer
-from producers.kubernetes.settings import KubernetesSettings
-from schemas import DeadLetter, K8sPodEvent, decode
-from schemas.topics import DEAD_LETTER, K8S_PODS
+from gpugap.groundfloor.kafka.publish import JsonlPublisher, Publisher
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers import run_producer
+from gpugap.producers.kubernetes.producer import KubernetesProducer
+from gpugap.producers.kubernetes.settings import KubernetesSettings
+from gpugap.schemas import DeadLetter, K8sPodEvent, decode
+from gpugap.schemas.topics import DEAD_LETTER, K8S_PODS
 from tests.harness.k8s_api import ApiServer, FakeCluster
 
 

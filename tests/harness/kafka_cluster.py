@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpugap.groundfloor.settings import ServicesSettings
+from gpugap.schemas.errors import ServiceError
 from gpugap.services.kafka import (
     LOG4J2,
     _answers,
@@ -32,8 +34,6 @@ from gpugap.services.kafka import (
     java_major,
     process_alive,
 )
-from groundfloor.settings import ServicesSettings
-from schemas.errors import ServiceError
 
 HOST = "127.0.0.1"
 

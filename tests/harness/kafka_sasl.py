@@ -26,9 +26,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpugap.groundfloor.settings import KafkaSettings, ServicesSettings
+from gpugap.schemas.errors import ServiceError
 from gpugap.services.kafka import LocalKafka, free_port, jar_dir
-from groundfloor.settings import KafkaSettings, ServicesSettings
-from schemas.errors import ServiceError
 
 MECHANISM = "SCRAM-SHA-512"
 #: the principals the tests log in as (User:<name>); ``admin`` is the super user

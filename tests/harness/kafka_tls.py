@@ -15,9 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpugap.groundfloor.settings import KafkaSettings, ServicesSettings
+from gpugap.schemas.errors import ServiceError
 from gpugap.services.kafka import LocalKafka, free_port
-from groundfloor.settings import KafkaSettings, ServicesSettings
-from schemas.errors import ServiceError
 
 CA_CONFIG = """[req]
 distinguished_name = dn

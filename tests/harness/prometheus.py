@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from groundfloor.settings import ServicesSettings
+from gpugap.groundfloor.settings import ServicesSettings
 from tests.harness.go_build import find_go, run
 from tests.harness.prom_process import PromProcess
 

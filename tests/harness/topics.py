@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import TypeVar
 
-from groundfloor.settings import KafkaSettings
-from schemas import Record, Topic, decode
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import Record, Topic, decode
 
 M = TypeVar("M", bound=Record)
 

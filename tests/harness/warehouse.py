@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.settings import ClickHouseSettings
 
 CLICKHOUSE_PASSWORD = "test-password-1"
 READER_PASSWORD = "reader-password-1"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.web.server import make_app, serve_until, url_for
-from groundfloor.settings import ClickHouseSettings
 
 
 class Background:

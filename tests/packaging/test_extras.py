@@ -33,7 +33,12 @@ def nvml_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         text=True,
     ).stdout.split()
     for name in files:
-        if (ROOT / name).is_file() and not name.startswith(("tests/", "benchmarks/", "docs/")):
+        if name.startswith(("tests/", "benchmarks/", "docs/")):
+            continue
+        if (ROOT / name).is_symlink():  # gpugap/<part> -> ../<part>: the one root
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(ROOT / name), src / name)
+        elif (ROOT / name).is_file():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, src / name)
     subprocess.run(
@@ -108,7 +113,7 @@ def test_a_missing_extra_is_one_line_naming_it(
 
 def test_the_checkout_is_not_what_ran(nvml_venv: Path) -> None:
     """The console script imports the installed copy (site-packages), not this checkout."""
-    code = "import producers, gpugap; print(producers.__file__); print(gpugap.__file__)"
+    code = "import gpugap.producers as p, gpugap; print(p.__file__); print(gpugap.__file__)"
     out = subprocess.run(
         [str(nvml_venv / "bin" / "python"), "-c", code],
         capture_output=True,
@@ -118,3 +123,36 @@ def test_the_checkout_is_not_what_ran(nvml_venv: Path) -> None:
     ).stdout
     assert str(ROOT) not in out and "site-packages" in out
     assert sys.prefix != str(nvml_venv)
+
+
+def test_gpugap_claims_one_import_name_beside_a_package_with_its_own_schemas(
+    nvml_venv: Path, tmp_path: Path
+) -> None:
+    """Everything installs under ``gpugap``: a package that ships a top-level ``schemas`` (or
+    ``streams``, ``sinks``...) installed beside it keeps its own, and gpugap keeps working."""
+    python = str(nvml_venv / "bin" / "python")
+    top = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; "
+         "print(sorted({f.parts[0] for f in m.files('gpugap') if f.suffix == '.py'}))"],
+        check=True, capture_output=True, text=True, cwd=tmp_path,  # not this checkout's egg-info
+    ).stdout.strip()  # fmt: skip
+    assert top == "['gpugap']", top
+    other = tmp_path / "other"
+    (other / "schemas").mkdir(parents=True)
+    (other / "schemas" / "__init__.py").write_text('WHO = "the other package"\n')
+    (other / "pyproject.toml").write_text(
+        '[project]\nname = "other-schemas"\nversion = "1.0"\n'
+        '[tool.setuptools]\npackages = ["schemas"]\n'
+    )
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", str(other)], check=True, timeout=300)
+    try:
+        both = subprocess.run(
+            [python, "-c", "import schemas, gpugap.schemas; print(schemas.WHO); "
+             "print(gpugap.schemas.GpuSample.__module__)"],
+            check=True, capture_output=True, text=True, cwd=tmp_path,
+        ).stdout.split("\n")  # fmt: skip
+        assert both[:2] == ["the other package", "gpugap.schemas.models"], both
+        assert _gpugap(nvml_venv, "--version").returncode == 0
+    finally:
+        subprocess.run([*pip, "uninstall", "-y", "other-schemas"], check=True, timeout=300)

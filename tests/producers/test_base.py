@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-import producers
+from gpugap import producers
 from gpugap.cli import main
-from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
-from groundfloor.plugin import Plugin
-from groundfloor.settings import KafkaSettings, Settings, load
-from producers import Producer, run_producer
-from schemas import NodeSample, Record, Topic, decode
-from schemas.errors import ConfigError
-from schemas.examples import node_samples
-from schemas.topics import SAMPLES
+from gpugap.groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
+from gpugap.groundfloor.plugin import Plugin
+from gpugap.groundfloor.settings import KafkaSettings, Settings, load
+from gpugap.producers import Producer, run_producer
+from gpugap.schemas import NodeSample, Record, Topic, decode
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.examples import node_samples
+from gpugap.schemas.topics import SAMPLES
 from tests.harness.topics import create_topics
 
 
@@ -122,9 +122,9 @@ def test_stop_ends_the_loop_and_everything_sent_is_flushed(tmp_path: Path) -> No
 
 SIGNAL_SCRIPT = """
 import asyncio, sys
-from groundfloor.kafka.publish import JsonlPublisher
-from groundfloor.settings import load
-from producers import run_producer
+from gpugap.groundfloor.kafka.publish import JsonlPublisher
+from gpugap.groundfloor.settings import load
+from gpugap.producers import run_producer
 from tests.producers.test_base import Ticker
 sent = asyncio.run(run_producer(Ticker(load()), JsonlPublisher(sys.argv[1])))
 print("sent", sent, flush=True)

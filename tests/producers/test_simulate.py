@@ -15,18 +15,18 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
+from gpugap.groundfloor.kafka.publish import JsonlPublisher
+from gpugap.groundfloor.settings import load
+from gpugap.producers.base import run_producer
+from gpugap.schemas import GpuSample, decode, encode
+from gpugap.schemas.errors import ConfigError, InvalidRecord
+from gpugap.schemas.shares import mig_share
+from gpugap.schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, by_name
 from gpugap.simulator import build
 from gpugap.simulator import scenario as scenarios
 from gpugap.simulator.simulator import Simulator
 from gpugap.simulator.truth import compute
 from gpugap.simulator.wire import gpu_json
-from groundfloor.kafka.publish import JsonlPublisher
-from groundfloor.settings import load
-from producers.base import run_producer
-from schemas import GpuSample, decode, encode
-from schemas.errors import ConfigError, InvalidRecord
-from schemas.shares import mig_share
-from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, by_name
 
 TOPICS = {t.name: t for t in (SAMPLES, SLURM_JOBS, K8S_PODS)}
 

@@ -13,12 +13,12 @@ import jsonschema
 import pytest
 
 from gpugap.cli import main
+from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.queue.report import build_queue, extend_schema
 from gpugap.report import report_schema
-from groundfloor.settings import ClickHouseSettings
-from schemas import NodeGpus, Record, SlurmJobEvent
-from sinks.clickhouse.sink import ClickHouseSink
-from warehouse.client import connect
+from gpugap.schemas import NodeGpus, Record, SlurmJobEvent
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.warehouse.client import connect
 
 H = 3600
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from groundfloor.ratecard import validate_card, write_rate_card
-from groundfloor.settings import ClickHouseSettings, KafkaSettings
-from schemas import Record
-from sinks.clickhouse.sink import ClickHouseSink
+from gpugap.groundfloor.ratecard import validate_card, write_rate_card
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings
+from gpugap.schemas import Record
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
 from tests.recommend.scenario import RATE_CARD, records
 
 
@@ -30,8 +30,8 @@ def write(settings: ClickHouseSettings, rows: list[Record]) -> None:
 def run_sink(kafka: KafkaSettings, settings: ClickHouseSettings, idle_s: float = 4.0) -> int:
     """The ClickHouse sink over the test's topics, as ``gpugap sink clickhouse`` runs it (its
     consumer group, dead letters to the broker), until idle for ``idle_s``: records stored."""
-    from groundfloor.kafka.consume import DeadLetters
-    from groundfloor.kafka.publish import KafkaPublisher
+    from gpugap.groundfloor.kafka.consume import DeadLetters
+    from gpugap.groundfloor.kafka.publish import KafkaPublisher
 
     async def run() -> int:
         sink = ClickHouseSink(settings, max_age_s=0.5)
@@ -50,8 +50,8 @@ def run_sink(kafka: KafkaSettings, settings: ClickHouseSettings, idle_s: float =
 @pytest.fixture(scope="module")
 def week(clickhouse_server: ClickHouseSettings) -> Iterator[ClickHouseSettings]:
     """A database of this module's own with the scenario written through the sink."""
-    from warehouse.client import connect
-    from warehouse.migrate import migrate
+    from gpugap.warehouse.client import connect
+    from gpugap.warehouse.migrate import migrate
 
     settings = clickhouse_server.model_copy(update={"database": f"r{uuid.uuid4().hex[:10]}"})
     migrate(settings)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 
-from schemas import Alert, GpuMinute, K8sPodEvent, NodeGpus, Record, SlurmJobEvent
-from schemas.examples import gpu_uuid
-from schemas.models import Transfer
+from gpugap.schemas import Alert, GpuMinute, K8sPodEvent, NodeGpus, Record, SlurmJobEvent
+from gpugap.schemas.examples import gpu_uuid
+from gpugap.schemas.models import Transfer
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 DAYS = 7

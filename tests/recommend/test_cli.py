@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from gpugap.cli import main
-from groundfloor.settings import ClickHouseSettings, KafkaSettings
-from schemas import decode
-from schemas.models import Recommendation
-from schemas.topics import RECOMMENDATIONS
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings
+from gpugap.schemas import decode
+from gpugap.schemas.models import Recommendation
+from gpugap.schemas.topics import RECOMMENDATIONS
+from gpugap.warehouse.client import connect
 from tests.recommend.conftest import run_sink
-from warehouse.client import connect
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpugap.recommend import base, interactive
+from gpugap.schemas.models import RecommendationChange
 from gpugap.stats import quantile
-from schemas.models import RecommendationChange
 
 
 def test_confidence_is_history_times_amount_times_steadiness() -> None:
@@ -112,7 +112,7 @@ def test_what_a_person_runs_quotes_every_value_from_a_record() -> None:
 def test_no_mig_slice_for_a_gpu_the_card_names_without_mig() -> None:
     from gpugap.recommend.base import k8s_target
     from gpugap.recommend.fit import GpuUse, gpu_share
-    from schemas.types import WorkloadClass
+    from gpugap.schemas.types import WorkloadClass
 
     now = datetime(2026, 11, 9, tzinfo=UTC)
     w = base.HistoryWindow(now - timedelta(days=7), now, 7.0)

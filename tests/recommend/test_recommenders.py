@@ -7,10 +7,11 @@ from datetime import timedelta
 
 import pytest
 
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings
 from gpugap.recommend import base
 from gpugap.recommend.engine import compute, publish
-from groundfloor.settings import ClickHouseSettings, KafkaSettings
-from schemas.models import Recommendation
+from gpugap.schemas.models import Recommendation
+from gpugap.warehouse.client import connect
 from tests.recommend.conftest import run_sink
 from tests.recommend.scenario import (
     CONTROLS,
@@ -22,7 +23,6 @@ from tests.recommend.scenario import (
     T0,
     elapsed,
 )
-from warehouse.client import connect
 
 
 def run(settings: ClickHouseSettings, **kw: object) -> list[Recommendation]:

@@ -20,8 +20,8 @@ from gpugap.recommend.batch import GpuFamily, SlurmFamily, gpu_count, time_limit
 from gpugap.recommend.fit import GpuUse, gpu_share
 from gpugap.recommend.placement import PartialGang, placement
 from gpugap.recommend.services import ServiceDemand, ServiceHour, service_schedule
-from schemas.models import Recommendation
-from schemas.types import WorkloadClass
+from gpugap.schemas.models import Recommendation
+from gpugap.schemas.types import WorkloadClass
 
 SHELLS = [s for s in ("dash", "bash") if shutil.which(s)]
 if len(SHELLS) < 2:  # pragma: no cover - the image has both (apt-get install -y dash)

@@ -5,8 +5,8 @@ import jsonschema
 import pytest
 
 from gpugap.cli import main
-from schemas import TOPICS, encode
-from schemas.examples import node_samples, one_of_each
+from gpugap.schemas import TOPICS, encode
+from gpugap.schemas.examples import node_samples, one_of_each
 
 
 def test_export_writes_one_schema_per_topic_that_validates_real_records(

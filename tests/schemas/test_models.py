@@ -3,10 +3,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from schemas import TOPICS, GpuMinute, GpuSample, NodeSample, decode, encode
-from schemas.errors import MalformedRecord, SchemaViolation
-from schemas.examples import gpu_uuid, node_samples, one_of_each
-from schemas.topics import SAMPLES
+from gpugap.schemas import TOPICS, GpuMinute, GpuSample, NodeSample, decode, encode
+from gpugap.schemas.errors import MalformedRecord, SchemaViolation
+from gpugap.schemas.examples import gpu_uuid, node_samples, one_of_each
+from gpugap.schemas.topics import SAMPLES
 
 UUID = gpu_uuid("n", 0)
 

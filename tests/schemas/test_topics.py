@@ -1,8 +1,8 @@
 import pytest
 
-from schemas import TOPICS, by_name
-from schemas.errors import UnknownTopic
-from schemas.examples import one_of_each
+from gpugap.schemas import TOPICS, by_name
+from gpugap.schemas.errors import UnknownTopic
+from gpugap.schemas.examples import one_of_each
 
 
 def test_topic_names_are_versioned_and_keys_follow_the_registry() -> None:

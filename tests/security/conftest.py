@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import requests
 
+from gpugap.schemas.errors import GpugapError
 from gpugap.services.kafka import free_port
-from schemas.errors import GpugapError
 from tests.harness.embedded_clickhouse import EmbeddedClickHouse
 
 ADMIN_PASSWORD = "sec-admin-pw-5d0c9e71"

@@ -24,6 +24,7 @@ import pytest
 import requests
 
 from gpugap.services.kafka import free_port
+from gpugap.warehouse.embedded.confine import landlock_abi
 from tests.harness.embedded_clickhouse import EmbeddedClickHouse
 from tests.security.conftest import (
     ADMIN,
@@ -35,7 +36,6 @@ from tests.security.conftest import (
     describe,
     minimal_env,
 )
-from warehouse.embedded.confine import landlock_abi
 
 HOSTNAME = socket.gethostname()
 UNGUARDED = [sys.executable, "-m", "tests.security.unguarded"]

@@ -29,8 +29,9 @@ import pytest
 import requests
 from pydantic import SecretStr
 
+from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.services.kafka import free_port
-from groundfloor.settings import ClickHouseSettings
+from gpugap.warehouse.client import connect
 from tests.harness.embedded_clickhouse import answers
 from tests.security.conftest import (
     ADMIN,
@@ -57,7 +58,6 @@ from tests.security.conftest import (
     unique,
     upload,
 )
-from warehouse.client import connect
 
 # --- read-only means read-only ------------------------------------------------------------
 

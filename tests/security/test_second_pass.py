@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from gpugap.warehouse.embedded import allowed
 from tests.security.conftest import (
     ADMIN,
     READER,
@@ -28,7 +29,6 @@ from tests.security.conftest import (
     running,
     unique,
 )
-from warehouse.embedded import allowed
 
 WHO = {"admin": ADMIN, "reader": READER}
 
@@ -210,7 +210,7 @@ def open_endpoint(tmp_path: Path) -> Iterator[Endpoint]:
         {
             "GPUGAP_CLICKHOUSE_PASSWORD": "",
             "GPUGAP_CLICKHOUSE_SERVE_ALLOWED_ORIGINS": "http://grafana.example:3000",
-            "GPUGAP_CLICKHOUSE_SERVE_ALLOWED_HOSTS": "warehouse.internal",
+            "GPUGAP_CLICKHOUSE_SERVE_ALLOWED_HOSTS": "gpugap.warehouse.internal",
         },
         flags=["--insecure-no-password"],
     ) as ep:
@@ -234,7 +234,7 @@ def test_a_web_page_of_another_origin_or_host_name_is_refused(open_endpoint: End
     assert _post(ep, {"Origin": "http://grafana.example:3000"}, "SELECT 1").text == "1\n"
     listed = requests.get(
         f"{ep.url}/", params={"query": "SELECT 2"},
-        headers={"Host": f"warehouse.internal:{ep.port}"}, timeout=10,
+        headers={"Host": f"gpugap.warehouse.internal:{ep.port}"}, timeout=10,
     )  # fmt: skip
     assert listed.text == "2\n", describe(listed)
     local = requests.get(f"http://localhost:{ep.port}/", params={"query": "SELECT 3"}, timeout=10)

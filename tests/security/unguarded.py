@@ -13,9 +13,9 @@ import argparse
 import logging
 from pathlib import Path
 
-from groundfloor.settings import ClickHouseSettings
-from warehouse.embedded import users_from
-from warehouse.embedded.serve import serve
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.warehouse.embedded import users_from
+from gpugap.warehouse.embedded.serve import serve
 
 
 def main() -> None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from gpugap.schemas.types import ActivityMetric
 from gpugap.simulator import build, scenario
 from gpugap.simulator.activity import Program, constant
 from gpugap.simulator.estate import Device
 from gpugap.simulator.estate import build as build_estate
 from gpugap.simulator.plan import Allocation, Holding, Plan
 from gpugap.simulator.truth import Shares, compute, share_of
-from schemas.types import ActivityMetric
 
 HOUR = 3600
 

@@ -26,13 +26,13 @@ from typing import Any
 from aiohttp import web
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from groundfloor.kafka.consume import DeadLetters
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings
-from schemas import Alert, AlertDelivery, DeadLetter, decode
-from schemas.examples import gpu_uuid, one_of_each
-from schemas.topics import ALERTS, DEAD_LETTER, DELIVERIES
-from sinks.alerting import AlertTarget
+from gpugap.groundfloor.kafka.consume import DeadLetters
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import Alert, AlertDelivery, DeadLetter, decode
+from gpugap.schemas.examples import gpu_uuid, one_of_each
+from gpugap.schemas.topics import ALERTS, DEAD_LETTER, DELIVERIES
+from gpugap.sinks.alerting import AlertTarget
 from tests.harness.topics import read_topic
 
 # --- alerts -----------------------------------------------------------------------------------

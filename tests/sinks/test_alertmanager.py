@@ -17,19 +17,19 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from gpugap.groundfloor.kafka.consume import DeadLetters
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import Alert, AlertDelivery, DeadLetter, utc_now
+from gpugap.schemas.clock import parse_utc
+from gpugap.schemas.errors import ConfigError, RetriableError
+from gpugap.schemas.examples import gpu_uuid, one_of_each
+from gpugap.schemas.topics import ALERTS, DEAD_LETTER, DELIVERIES
+from gpugap.schemas.types import AlertKind, AlertState, DeliveryOutcome, WorkloadClass, format_utc
 from gpugap.services.kafka import free_port
-from groundfloor.kafka.consume import DeadLetters
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings
-from schemas import Alert, AlertDelivery, DeadLetter, utc_now
-from schemas.clock import parse_utc
-from schemas.errors import ConfigError, RetriableError
-from schemas.examples import gpu_uuid, one_of_each
-from schemas.topics import ALERTS, DEAD_LETTER, DELIVERIES
-from schemas.types import AlertKind, AlertState, DeliveryOutcome, WorkloadClass, format_utc
-from sinks.alerting import Refused
-from sinks.alertmanager.settings import AlertmanagerSettings
-from sinks.alertmanager.target import AlertmanagerTarget
+from gpugap.sinks.alerting import Refused
+from gpugap.sinks.alertmanager.settings import AlertmanagerSettings
+from gpugap.sinks.alertmanager.target import AlertmanagerTarget
 from tests.harness.alertmanager import Alertmanager, WebhookReceiver
 from tests.harness.topics import read_topic
 
@@ -335,7 +335,7 @@ def test_ha_set_with_a_dead_member(
             aiohttp.ClientSession() as http,
             target_for(kafka, config, max_backoff_s=1) as target,
         ):
-            with caplog.at_level(logging.WARNING, logger="sinks.alertmanager.target"):
+            with caplog.at_level(logging.WARNING, logger="gpugap.sinks.alertmanager.target"):
                 await target.write([alert])
             await eventually(shown(http, am, alert.alert_id))
             assert target.delivered == 1
@@ -344,7 +344,7 @@ def test_ha_set_with_a_dead_member(
     warnings = [
         r
         for r in caplog.records
-        if r.name == "sinks.alertmanager.target" and r.levelno >= logging.WARNING
+        if r.name == "gpugap.sinks.alertmanager.target" and r.levelno >= logging.WARNING
     ]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     text = warnings[0].getMessage()

@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
+from gpugap.groundfloor.kafka.consume import DeadLetters
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings
+from gpugap.schemas import TOPICS, DeadLetter
+from gpugap.schemas.examples import gpu_uuid, one_of_each
+from gpugap.schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
 from gpugap.services.kafka import free_port
-from groundfloor.kafka.consume import DeadLetters
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import ClickHouseSettings, KafkaSettings
-from schemas import TOPICS, DeadLetter
-from schemas.examples import gpu_uuid, one_of_each
-from schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SLURM_JOBS
-from sinks.clickhouse.sink import ClickHouseSink
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.warehouse.client import connect
+from gpugap.warehouse.migrate import migrate
+from gpugap.warehouse.rows import minute_ms
 from tests.harness.embedded_clickhouse import EmbeddedClickHouse
 from tests.harness.topics import create_topics, read_topic
-from warehouse.client import connect
-from warehouse.migrate import migrate
-from warehouse.rows import minute_ms
 
 pytestmark = pytest.mark.kafka
 

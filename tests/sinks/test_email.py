@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas.errors import ConfigError, RetriableError
 from gpugap.services.kafka import free_port
-from groundfloor.settings import KafkaSettings
-from schemas.errors import ConfigError, RetriableError
-from sinks.alerting import Refused
-from sinks.email.settings import EmailSettings
-from sinks.email.target import EmailTarget, message_id
+from gpugap.sinks.alerting import Refused
+from gpugap.sinks.email.settings import EmailSettings
+from gpugap.sinks.email.target import EmailTarget, message_id
 from tests.sinks.receivers import (
     A,
     Pki,
@@ -246,7 +246,7 @@ def test_replies(pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
                 await t.send(idle_alert(A))
             # one refused, the other takes it: delivered, the refusal logged
             s.refuse_rcpt = {"alice@example.org": "550 5.1.1 no such user"}
-            with caplog.at_level(logging.WARNING, logger="sinks.email.target"):
+            with caplog.at_level(logging.WARNING, logger="gpugap.sinks.email.target"):
                 assert await t.send(idle_alert(A)) == 250
             assert "alice@example.org: 550" in caplog.text
             return s

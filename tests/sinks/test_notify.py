@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from gpugap.cli import main
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings
-from schemas import Alert
-from schemas.examples import one_of_each
-from schemas.models import IdlePolicy
-from schemas.topics import ALERTS, DELIVERIES
-from schemas.types import AlertState, DeliveryOutcome, WorkloadClass
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import Alert
+from gpugap.schemas.examples import one_of_each
+from gpugap.schemas.models import IdlePolicy
+from gpugap.schemas.topics import ALERTS, DELIVERIES
+from gpugap.schemas.types import AlertState, DeliveryOutcome, WorkloadClass
 from tests.harness.topics import read_topic
 
 pytestmark = pytest.mark.kafka

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from groundfloor.settings import ClickHouseSettings
-from schemas import K8sPodEvent, NodeGpus, Record, SlurmJobEvent
-from sinks.clickhouse.sink import ClickHouseSink
-from warehouse.client import connect
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.schemas import K8sPodEvent, NodeGpus, Record, SlurmJobEvent
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.warehouse.client import connect
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 

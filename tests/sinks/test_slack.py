@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.groundfloor.text import clean, sql_string
+from gpugap.schemas.errors import ConfigError, RetriableError
 from gpugap.services.kafka import free_port
-from groundfloor.settings import KafkaSettings
-from groundfloor.text import clean, sql_string
-from schemas.errors import ConfigError, RetriableError
-from sinks.alerting import Refused
-from sinks.message import check_template, duration, mrkdwn, nodes
-from sinks.slack.settings import SlackSettings
-from sinks.slack.target import SlackTarget, payload
+from gpugap.sinks.alerting import Refused
+from gpugap.sinks.message import check_template, duration, mrkdwn, nodes
+from gpugap.sinks.slack.settings import SlackSettings
+from gpugap.sinks.slack.target import SlackTarget, payload
 from tests.sinks.receivers import (
     A,
     B,

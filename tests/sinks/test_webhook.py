@@ -17,13 +17,13 @@ from urllib.parse import quote
 import pytest
 from pydantic import SecretStr
 
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import encode
+from gpugap.schemas.errors import ConfigError, RetriableError
 from gpugap.services.kafka import free_port
-from groundfloor.settings import KafkaSettings
-from schemas import encode
-from schemas.errors import ConfigError, RetriableError
-from sinks.alerting import Refused
-from sinks.webhook.settings import WebhookSettings
-from sinks.webhook.target import WebhookTarget
+from gpugap.sinks.alerting import Refused
+from gpugap.sinks.webhook.settings import WebhookSettings
+from gpugap.sinks.webhook.target import WebhookTarget
 from tests.sinks.receivers import (
     A,
     B,

@@ -5,10 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from groundfloor.kafka.publish import Publisher
-from schemas import Record, Topic, decode
-from schemas.models import AllocationEvent, Attribution, GpuSample, NodeSample
-from schemas.types import ActivityMetric, LifecycleKind, SampleSource, Scheduler, WorkloadClass
+from gpugap.groundfloor.kafka.publish import Publisher
+from gpugap.schemas import Record, Topic, decode
+from gpugap.schemas.models import AllocationEvent, Attribution, GpuSample, NodeSample
+from gpugap.schemas.types import (
+    ActivityMetric,
+    LifecycleKind,
+    SampleSource,
+    Scheduler,
+    WorkloadClass,
+)
 
 CLUSTER, NODE = "hpc", "n1"
 

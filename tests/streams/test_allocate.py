@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from schemas.models import K8sPodEvent, NodeGpus, SlurmJobEvent
-from schemas.types import (
+from gpugap.schemas.models import K8sPodEvent, NodeGpus, SlurmJobEvent
+from gpugap.schemas.types import (
     AlertState,
     EventSource,
     LifecycleKind,
@@ -12,7 +12,7 @@ from schemas.types import (
     SlurmJobState,
     WorkloadClass,
 )
-from streams.allocate import GangTracker, from_pod, from_slurm
+from gpugap.streams.allocate import GangTracker, from_pod, from_slurm
 from tests.streams.helpers import T
 
 

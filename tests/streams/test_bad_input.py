@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from groundfloor.kafka.consume import RawMessage
-from schemas import DeadLetter, GpuMinute, NodeSample, Record, decode, encode
-from schemas.errors import SchemaViolation
-from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, Topic
-from streams.core import CoreConfig
-from streams.join import Join
+from gpugap.groundfloor.kafka.consume import RawMessage
+from gpugap.schemas import DeadLetter, GpuMinute, NodeSample, Record, decode, encode
+from gpugap.schemas.errors import SchemaViolation
+from gpugap.schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, Topic
+from gpugap.streams.core import CoreConfig
+from gpugap.streams.join import Join
 from tests.streams.helpers import Recording, gpu
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)

@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from groundfloor.kafka.consume import DeadLetters, RawMessage
-from groundfloor.kafka.trust import ClusterTrust
-from groundfloor.settings import KafkaSettings, load
-from schemas import DeadLetter, GpuMinute, NodeSample, Record, encode
-from schemas.errors import ConfigError, FatalError, GpugapError
-from schemas.models import AllocationEvent, GpuSample, SlurmJobEvent, Transfer
-from schemas.topics import (
+from gpugap.groundfloor.kafka.consume import DeadLetters, RawMessage
+from gpugap.groundfloor.kafka.trust import ClusterTrust
+from gpugap.groundfloor.settings import KafkaSettings, load
+from gpugap.schemas import DeadLetter, GpuMinute, NodeSample, Record, encode
+from gpugap.schemas.errors import ConfigError, FatalError, GpugapError
+from gpugap.schemas.models import AllocationEvent, GpuSample, SlurmJobEvent, Transfer
+from gpugap.schemas.topics import (
     ALERTS,
     ALLOCATIONS,
     DEAD_LETTER,
@@ -38,8 +38,8 @@ from schemas.topics import (
     SLURM_JOBS,
     Topic,
 )
-from schemas.types import ActivityMetric, DeadLetterKind, SampleSource
-from streams.join import Join, check_copartitioned
+from gpugap.schemas.types import ActivityMetric, DeadLetterKind, SampleSource
+from gpugap.streams.join import Join, check_copartitioned
 from tests.harness.commands import run_gpugap
 from tests.streams.helpers import Recording, gpu
 
@@ -131,8 +131,8 @@ def test_the_setting_comes_from_the_environment_and_a_bad_one_names_the_variable
 
 
 def test_each_consumer_reads_the_clusters_topics_of_the_kinds_it_reads() -> None:
-    from sinks.clickhouse.sink import ClickHouseSink
-    from streams.join import GLOBAL_INPUTS, INPUTS, input_topics
+    from gpugap.sinks.clickhouse.sink import ClickHouseSink
+    from gpugap.streams.join import GLOBAL_INPUTS, INPUTS, input_topics
 
     t = trust("ns.", {**MAPPING, "gpu.samples.v1": ["cluster-c"]})
     assert input_topics("ns.", t) == [
@@ -331,22 +331,22 @@ def test_a_look_alike_of_a_mapped_cluster_is_that_cluster(claim: str) -> None:
 def test_the_sink_subscribes_to_the_clusters_topics_of_its_kinds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sinks.base
-    from sinks.clickhouse.sink import ClickHouseSink
+    import gpugap.sinks.base
+    from gpugap.sinks.clickhouse.sink import ClickHouseSink
 
     seen: dict[str, Any] = {}
 
     async def consume(settings: KafkaSettings, group: str, *args: Any, **kw: Any) -> None:
         seen.update(kw)
 
-    class Sink(sinks.base.BatchingSink):
+    class Sink(gpugap.sinks.base.BatchingSink):
         name = "test"
         topics = ClickHouseSink.topics
 
         async def write(self, batch: Any) -> None:
             pass
 
-    monkeypatch.setattr(sinks.base, "consume", consume)
+    monkeypatch.setattr(gpugap.sinks.base, "consume", consume)
     kafka = KafkaSettings(topic_prefix="ns.")
     for dl, extra in [
         (DeadLetters(Recording(), "sink", "ns."), []),
@@ -433,7 +433,7 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 async def _create_topics(admin: KafkaSettings, names: dict[str, int]) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from groundfloor.kafka.admin import _wait_for_leaders, _wait_for_offsets
+    from gpugap.groundfloor.kafka.admin import _wait_for_leaders, _wait_for_offsets
 
     client = AIOKafkaAdminClient(**admin.client_options())
     await client.start()
@@ -459,7 +459,7 @@ async def _delete_topics(admin: KafkaSettings, prefix: str) -> None:
 
 
 async def _send(kafka: KafkaSettings, topic: Topic[Any], records: list[Any]) -> None:
-    from groundfloor.kafka.publish import KafkaPublisher
+    from gpugap.groundfloor.kafka.publish import KafkaPublisher
 
     async with KafkaPublisher(kafka) as pub:
         for r in records:
@@ -473,7 +473,7 @@ def test_producers_write_their_own_topics_only_and_the_worker_refuses_a_forged_c
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import TopicAuthorizationFailedError
 
-    from groundfloor.kafka.consume import read_topic
+    from gpugap.groundfloor.kafka.consume import read_topic
 
     prefix = f"t{uuid.uuid4().hex[:10]}."
     admin = sasl_broker.settings("admin", topic_prefix=prefix)

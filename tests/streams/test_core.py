@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from schemas.models import AllocationEvent, GpuMinute, NodeSample
-from schemas.types import DeadLetterKind
-from streams.core import CoreConfig, NodeCore, Output, placeholder_uuid
-from streams.detect_idle import IdleConfig
+from gpugap.schemas.models import AllocationEvent, GpuMinute, NodeSample
+from gpugap.schemas.types import DeadLetterKind
+from gpugap.streams.core import CoreConfig, NodeCore, Output, placeholder_uuid
+from gpugap.streams.detect_idle import IdleConfig
 from tests.streams.helpers import CLUSTER, NODE, T, pod, sample, samples, slurm
 
 Item = NodeSample | AllocationEvent

@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.models import AllocationEvent, GpuSample, NodeSample
-from schemas.types import (
+from gpugap.schemas.models import AllocationEvent, GpuSample, NodeSample
+from gpugap.schemas.types import (
     MAX_GPUS_PER_NODE,
     MAX_INTERVAL_S,
     ActivityMetric,
@@ -23,7 +23,7 @@ from schemas.types import (
     Scheduler,
     WorkloadClass,
 )
-from streams.process import Processor
+from gpugap.streams.process import Processor
 from tests.streams.helpers import gpu
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)

@@ -18,19 +18,19 @@ from typing import Any
 
 import pytest
 
+from gpugap.groundfloor.kafka.consume import DeadLetters
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings, Settings
+from gpugap.producers.base import run_producer
+from gpugap.schemas import TOPICS
 from gpugap.services.kafka import free_port
 from gpugap.simulator.simulator import Simulator
-from groundfloor.kafka.consume import DeadLetters
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import ClickHouseSettings, KafkaSettings, Settings
-from producers.base import run_producer
-from schemas import TOPICS
-from sinks.clickhouse.sink import ClickHouseSink
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.warehouse.client import connect
 from tests.harness.commands import run_worker
 
 # one partition each, kept forever: the simulator stamps records weeks ago (168 h retention)
 from tests.harness.topics import create_topics
-from warehouse.client import connect
 
 pytestmark = pytest.mark.kafka
 

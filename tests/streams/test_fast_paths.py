@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
+from gpugap.groundfloor.kafka.consume import RawMessage
+from gpugap.schemas import GpuMinute, Record, by_name, decode, encode
+from gpugap.schemas.errors import InvalidRecord
 from gpugap.simulator import build, scenario
 from gpugap.simulator.emit import Emitter
-from groundfloor.kafka.consume import RawMessage
-from schemas import GpuMinute, Record, by_name, decode, encode
-from schemas.errors import InvalidRecord
-from streams import window
-from streams.core import NodeCore, Output
-from streams.join import Join
-from streams.process import Processor
+from gpugap.streams import window
+from gpugap.streams.core import NodeCore, Output
+from gpugap.streams.join import Join
+from gpugap.streams.process import Processor
 from tests.harness.capture import Capture
 from tests.streams.helpers import Null
 

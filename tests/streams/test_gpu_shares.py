@@ -19,9 +19,9 @@ from collections import defaultdict
 
 import pytest
 
-from producers.slurm.event import JobInfo, job_event
-from schemas import SlurmJobEvent
-from schemas.models import (
+from gpugap.producers.slurm.event import JobInfo, job_event
+from gpugap.schemas import SlurmJobEvent
+from gpugap.schemas.models import (
     AllocationEvent,
     Attribution,
     GpuMinute,
@@ -30,10 +30,10 @@ from schemas.models import (
     NodeSample,
     SharingPod,
 )
-from schemas.types import ActivityMetric, AlertKind, SampleSource
-from streams.core import CoreConfig, NodeCore, Output
-from streams.detect_idle import IdleConfig
-from streams.process import Processor
+from gpugap.schemas.types import ActivityMetric, AlertKind, SampleSource
+from gpugap.streams.core import CoreConfig, NodeCore, Output
+from gpugap.streams.detect_idle import IdleConfig
+from gpugap.streams.process import Processor
 from tests.streams.helpers import CLUSTER, NODE, T, gpu, pod, samples
 
 CFG = CoreConfig(idle=IdleConfig(minutes=3))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from schemas.models import Alert
-from schemas.types import AlertState, WorkloadClass
-from streams.core import CoreConfig, NodeCore, Output
-from streams.detect_idle import IdleConfig
+from gpugap.schemas.models import Alert
+from gpugap.schemas.types import AlertState, WorkloadClass
+from gpugap.streams.core import CoreConfig, NodeCore, Output
+from gpugap.streams.detect_idle import IdleConfig
 from tests.streams.helpers import CLUSTER, NODE, T, gpu, sample, slurm
 
 
@@ -117,7 +117,7 @@ def test_threshold_and_minutes_per_class() -> None:
 
 
 def test_episodes_of_one_allocation_on_two_nodes_are_one_alert() -> None:
-    from streams.process import Processor
+    from gpugap.streams.process import Processor
 
     p = Processor(CFG)
     out = []
@@ -171,7 +171,7 @@ def test_the_alert_lateness_cannot_exceed_the_lateness() -> None:
 
 
 def test_open_minutes_counts_seen_minutes_not_closed_and_none_after_a_flush() -> None:
-    from streams.process import Processor
+    from gpugap.streams.process import Processor
 
     p = Processor(CoreConfig())  # 120 s lateness
     p.handle(slurm("1", "start", "10:00:00", (0,)))
@@ -184,8 +184,8 @@ def test_open_minutes_counts_seen_minutes_not_closed_and_none_after_a_flush() ->
 
 
 def test_the_workers_idle_policy_comes_from_the_idle_settings_and_its_flags() -> None:
-    from groundfloor.settings import IdleSettings
-    from streams.cli import idle_config
+    from gpugap.groundfloor.settings import IdleSettings
+    from gpugap.streams.cli import idle_config
 
     idle = IdleSettings(class_thresholds={"interactive": 0.2}, class_minutes={"batch": 30})
     cfg = idle_config(idle)
@@ -201,7 +201,7 @@ def test_the_workers_idle_policy_comes_from_the_idle_settings_and_its_flags() ->
 def test_exempt_allocations_open_no_alert_and_short_sessions_only_while_short() -> None:
     """GPUGAP_IDLE_EXEMPT: a matching allocation's idle GPUs open nothing; one exempt while
     younger than N minutes opens its alert once it is older, with the whole run counted."""
-    from streams.detect_idle import Exemption
+    from gpugap.streams.detect_idle import Exemption
 
     def alerts(*exempt: Exemption) -> list[tuple]:
         cfg = CoreConfig(idle=IdleConfig(minutes=3, exempt=exempt))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from schemas.types import AlertState
-from streams.core import CoreConfig, NodeCore
-from streams.idle_policy import IdleConfig, Rule
+from gpugap.schemas.types import AlertState
+from gpugap.streams.core import CoreConfig, NodeCore
+from gpugap.streams.idle_policy import IdleConfig, Rule
 from tests.streams.helpers import CLUSTER, NODE, T, slurm
 from tests.streams.test_idle import by_minute, run
 
@@ -80,9 +80,9 @@ def test_the_first_matching_rule_wins_and_what_it_leaves_unset_stays_the_classs(
 def test_rules_from_settings_are_checked_and_reach_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from groundfloor.settings import IdleRule, IdleSettings, load
-    from schemas.errors import ConfigError
-    from streams.cli import idle_config
+    from gpugap.groundfloor.settings import IdleRule, IdleSettings, load
+    from gpugap.schemas.errors import ConfigError
+    from gpugap.streams.cli import idle_config
 
     with pytest.raises(ValidationError, match="apply to every allocation"):
         IdleRule(minutes=3)

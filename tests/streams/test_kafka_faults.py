@@ -33,15 +33,15 @@ from typing import IO, Any
 
 import pytest
 
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings
+from gpugap.schemas import TOPICS
+from gpugap.schemas.topics import MINUTES, SAMPLES
 from gpugap.services.kafka import free_port
-from groundfloor.settings import ClickHouseSettings, KafkaSettings
-from schemas import TOPICS
-from schemas.topics import MINUTES, SAMPLES
-from sinks.clickhouse.sink import ClickHouseSink
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.warehouse.client import connect
 from tests.harness.kafka_cluster import KafkaCluster
 from tests.harness.services import unavailable
 from tests.streams.test_end_to_end import processed, verify
-from warehouse.client import connect
 
 pytestmark = pytest.mark.kafka
 

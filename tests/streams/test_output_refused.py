@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings
+from gpugap.schemas import TOPICS
+from gpugap.schemas.topics import MINUTES
 from gpugap.services.kafka import free_port
-from groundfloor.settings import ClickHouseSettings, KafkaSettings
-from schemas import TOPICS
-from schemas.topics import MINUTES
 from tests.harness.topics import create_topics
 from tests.streams.test_end_to_end import env_for, processed, store, verify
 

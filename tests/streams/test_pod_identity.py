@@ -28,16 +28,16 @@ from typing import Any
 
 import pytest
 
-from groundfloor.kafka.consume import RawMessage
-from schemas import decode, encode
-from schemas.models import Alert, AllocationEvent, GpuMinute, K8sPodEvent, NodeSample
-from schemas.topics import ALERTS, K8S_PODS, MINUTES, SAMPLES
-from schemas.types import EventSource, PodEventKind, PodPhase
-from streams.core import SPANS_KEPT, CoreConfig, NodeCore, Output, see
-from streams.detect_idle import IdleConfig
-from streams.join import Join, partition_for
-from streams.process import Processor
-from streams.rows import node_minutes, placeholder_uuid
+from gpugap.groundfloor.kafka.consume import RawMessage
+from gpugap.schemas import decode, encode
+from gpugap.schemas.models import Alert, AllocationEvent, GpuMinute, K8sPodEvent, NodeSample
+from gpugap.schemas.topics import ALERTS, K8S_PODS, MINUTES, SAMPLES
+from gpugap.schemas.types import EventSource, PodEventKind, PodPhase
+from gpugap.streams.core import SPANS_KEPT, CoreConfig, NodeCore, Output, see
+from gpugap.streams.detect_idle import IdleConfig
+from gpugap.streams.join import Join, partition_for
+from gpugap.streams.process import Processor
+from gpugap.streams.rows import node_minutes, placeholder_uuid
 from tests.harness.capture import Capture
 from tests.harness.commands import run_gpugap
 from tests.streams.helpers import CLUSTER, NODE, T, pod, sample, samples
@@ -378,9 +378,9 @@ def test_the_worker_tells_the_pods_apart(kafka: Any) -> None:
     the same minutes, and no idle alert (the policy's N = 3 minutes, as above)."""
     import os
 
-    from groundfloor.kafka.consume import read_topic
-    from groundfloor.kafka.publish import KafkaPublisher
-    from schemas import TOPICS
+    from gpugap.groundfloor.kafka.consume import read_topic
+    from gpugap.groundfloor.kafka.publish import KafkaPublisher
+    from gpugap.schemas import TOPICS
     from tests.harness.topics import create_topics
 
     async def publish() -> None:

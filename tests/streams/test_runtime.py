@@ -12,11 +12,11 @@ import faust
 import pytest
 from faust.types import TP
 
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings
-from schemas.topics import SAMPLES
-from streams.app import AppOptions, FaustEngine
-from streams.runtime import WorkerRuntime
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas.topics import SAMPLES
+from gpugap.streams.app import AppOptions, FaustEngine
+from gpugap.streams.runtime import WorkerRuntime
 
 
 class Restores(BaseException):
@@ -134,7 +134,7 @@ def test_a_batch_that_fails_outside_a_record_drops_the_state_unstored(
 ) -> None:
     # e.g. Kafka refused the outputs of records the state has taken: storing that state (or
     # acking its records) would lose those outputs for good
-    from schemas.errors import RetriableError
+    from gpugap.schemas.errors import RetriableError
 
     r = runner(monkeypatch)
     r.ready, r.ready_generation = True, 3
@@ -171,7 +171,7 @@ def test_a_batch_that_fails_outside_a_record_drops_the_state_unstored(
 def test_a_failing_restore_is_retried_and_logged_once_in_a_while(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from schemas.errors import RetriableError
+    from gpugap.schemas.errors import RetriableError
 
     r = runner(monkeypatch)
     r.engine.app.consumer_generation_id = 1
@@ -194,7 +194,7 @@ def test_checkpoints_take_at_most_a_tenth_of_the_time(monkeypatch: pytest.Monkey
     # the broker acknowledges it: its whole wall time, not the snapshot's, spaces them out
     r = runner(monkeypatch)
     clock = [1000.0]
-    monkeypatch.setattr("streams.runtime.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("gpugap.streams.runtime.time.monotonic", lambda: clock[0])
 
     async def store() -> dict[int, Any]:
         clock[0] += 0.4  # flushing the outputs, the snapshot, its acknowledgement
@@ -219,7 +219,7 @@ def test_a_checkpoint_slowed_by_the_broker_holds_the_next_one_back_10_s_at_most(
     # times that, the group's commits stalled for 5 minutes (the fault test caught it)
     r = runner(monkeypatch)
     clock = [1000.0]
-    monkeypatch.setattr("streams.runtime.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("gpugap.streams.runtime.time.monotonic", lambda: clock[0])
     r.join.stats.checkpoint_s, r.join.stats.snapshot_s = 30.0, 0.01
     r.last_checkpoint = clock[0]
     clock[0] += 9.9
@@ -286,9 +286,9 @@ class Undelivering:
 def undelivered(kafka: KafkaSettings, dropped: int | None) -> tuple[WorkerRuntime, Undelivering]:
     """31 samples on the broker, an engine that has read ``dropped`` of them and delivered
     none, and the runtime's ticks for up to 4 s (until it has flushed)."""
-    from schemas import encode
-    from streams.app import _shards
-    from streams.core import CoreConfig
+    from gpugap.schemas import encode
+    from gpugap.streams.app import _shards
+    from gpugap.streams.core import CoreConfig
     from tests.harness.topics import create_topics
     from tests.streams.helpers import samples
 

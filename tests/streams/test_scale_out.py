@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings
+from gpugap.schemas import TOPICS
 from gpugap.services.kafka import free_port
-from groundfloor.settings import ClickHouseSettings, KafkaSettings
-from schemas import TOPICS
-from streams.join import partition_for
+from gpugap.streams.join import partition_for
+from gpugap.warehouse.client import connect
 from tests.harness.topics import create_topics
 from tests.streams.test_end_to_end import GPUGAP, env_for, processed, store, verify
-from warehouse.client import connect
 
 pytestmark = pytest.mark.kafka
 

@@ -9,11 +9,11 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from groundfloor.kafka.consume import RawMessage
-from producers.slurm.wire import partition_for as wire_partition_for
-from schemas import decode
-from schemas.clock import ms
-from schemas.topics import (
+from gpugap.groundfloor.kafka.consume import RawMessage
+from gpugap.producers.slurm.wire import partition_for as wire_partition_for
+from gpugap.schemas import decode
+from gpugap.schemas.clock import ms
+from gpugap.schemas.topics import (
     ALERTS,
     ALLOCATIONS,
     DEAD_LETTER,
@@ -22,11 +22,11 @@ from schemas.topics import (
     SAMPLES,
     SLURM_JOBS,
 )
-from schemas.types import AlertState
-from streams.checkpoint import keep_restored, start_offset
-from streams.core import CoreConfig
-from streams.join import Join, partition_for
-from streams.process import Processor
+from gpugap.schemas.types import AlertState
+from gpugap.streams.checkpoint import keep_restored, start_offset
+from gpugap.streams.core import CoreConfig
+from gpugap.streams.join import Join, partition_for
+from gpugap.streams.process import Processor
 from tests.harness.capture import Capture, Msg
 from tests.harness.demo_data import simulate
 from tests.streams.helpers import T, slurm

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from producers.slurm.event import JobInfo, job_event
-from schemas import SlurmJobEvent
-from schemas.models import GpuMinute, Record
-from streams.process import Processor
+from gpugap.producers.slurm.event import JobInfo, job_event
+from gpugap.schemas import SlurmJobEvent
+from gpugap.schemas.models import GpuMinute, Record
+from gpugap.streams.process import Processor
 from tests.streams.helpers import CLUSTER, NODE, T, samples
 
 

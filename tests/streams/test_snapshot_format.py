@@ -15,13 +15,13 @@ import json
 import zlib
 from pathlib import Path
 
-from schemas import AllocationEvent, K8sPodEvent, NodeSample
-from schemas.clock import ms
-from schemas.types import EventSource, PodEventKind, PodPhase
-from streams.core import CoreConfig
-from streams.detect_idle import IdleConfig
-from streams.join import Join
-from streams.process import Processor
+from gpugap.schemas import AllocationEvent, K8sPodEvent, NodeSample
+from gpugap.schemas.clock import ms
+from gpugap.schemas.types import EventSource, PodEventKind, PodPhase
+from gpugap.streams.core import CoreConfig
+from gpugap.streams.detect_idle import IdleConfig
+from gpugap.streams.join import Join
+from gpugap.streams.process import Processor
 from tests.streams.helpers import Null, T, gpu, pod, samples, slurm
 
 GOLDEN = Path(__file__).with_name("snapshot_golden.json")
@@ -195,7 +195,7 @@ if __name__ == "__main__":
 
 
 def test_packed_state_reads_back_exactly() -> None:
-    from streams.checkpoint import pack, unpack
+    from gpugap.streams.checkpoint import pack, unpack
 
     state = {
         "floats": [1e-05, 2.5e-07, 0.1, 1e16, 123456789.123, 0.0, -3.75],

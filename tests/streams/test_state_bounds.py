@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from groundfloor.kafka.consume import RawMessage
-from schemas import encode
-from schemas.models import (
+from gpugap.groundfloor.kafka.consume import RawMessage
+from gpugap.schemas import encode
+from gpugap.schemas.models import (
     AllocationEvent,
     GpuMinute,
     GpuSample,
@@ -23,7 +23,7 @@ from schemas.models import (
     NodeSample,
     Record,
 )
-from schemas.types import (
+from gpugap.schemas.types import (
     MAX_GPUS_PER_NODE,
     DeadLetterKind,
     EventSource,
@@ -31,13 +31,13 @@ from schemas.types import (
     PodPhase,
     SampleSource,
 )
-from streams import process
-from streams.allocate import GangTracker
-from streams.checkpoint import unpack
-from streams.core import EVENTS_KEPT, CoreConfig, state_bounds
-from streams.join import Join
-from streams.process import Processor, Result
-from streams.settings import WorkerSettings
+from gpugap.streams import process
+from gpugap.streams.allocate import GangTracker
+from gpugap.streams.checkpoint import unpack
+from gpugap.streams.core import EVENTS_KEPT, CoreConfig, state_bounds
+from gpugap.streams.join import Join
+from gpugap.streams.process import Processor, Result
+from gpugap.streams.settings import WorkerSettings
 from tests.streams.helpers import CLUSTER, Null, T, gpu, pod, sample, samples, slurm
 
 MIN = 60_000
@@ -133,7 +133,7 @@ def test_a_node_with_a_running_allocation_is_kept_however_long_it_is_silent() ->
 
 
 def test_an_open_idle_episode_or_a_minute_still_open_keeps_a_node() -> None:
-    from streams.process import kept
+    from gpugap.streams.process import kept
 
     proc = Processor(CFG)
     run(proc, samples("10:00:10", "10:02:00", {0: 0.5}))

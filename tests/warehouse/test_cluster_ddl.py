@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gpugap.cli import main
-from groundfloor.sqllex import mask
-from warehouse.cluster import cluster_statements, for_cluster
-from warehouse.embedded.engine import EngineProcess
-from warehouse.migrate import migrations
+from gpugap.groundfloor.sqllex import mask
+from gpugap.warehouse.cluster import cluster_statements, for_cluster
+from gpugap.warehouse.embedded.engine import EngineProcess
+from gpugap.warehouse.migrate import migrations
 
 
 @pytest.fixture(scope="module")

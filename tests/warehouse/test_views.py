@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from groundfloor.settings import ClickHouseSettings
-from schemas import Alert, AlertDelivery, GpuMinute, NodeGpus, Record, SlurmJobEvent
-from schemas.examples import gpu_uuid
-from sinks.clickhouse.sink import ClickHouseSink
-from warehouse.client import connect
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.schemas import Alert, AlertDelivery, GpuMinute, NodeGpus, Record, SlurmJobEvent
+from gpugap.schemas.examples import gpu_uuid
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from gpugap.warehouse.client import connect
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 G = [gpu_uuid("n1", i) for i in range(4)]

@@ -10,9 +10,9 @@ from importlib import resources
 import pytest
 import requests
 
+from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.web import params, queries
 from gpugap.web.server import HEADERS, assets, reader
-from groundfloor.settings import ClickHouseSettings
 from tests.web.conftest import DemoWarehouse
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)

@@ -20,9 +20,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpugap.schemas.errors import RetriableError
 from gpugap.web import metrics
 from gpugap.web.queries import Query
-from schemas.errors import RetriableError
 from tests.harness.prometheus import Prometheus, PrometheusBuildError, ensure_built
 from tests.web.conftest import DemoWarehouse
 

@@ -4,6 +4,6 @@ its HTTP interface. Importing the package loads neither: ``server`` and ``serve`
 
 from __future__ import annotations
 
-from warehouse.embedded.users import User, users_from
+from gpugap.warehouse.embedded.users import User, users_from
 
 __all__ = ["User", "users_from"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 
-from warehouse.embedded.errors import EngineError
+from gpugap.warehouse.embedded.errors import EngineError
 
 
 def failed(message: str) -> EngineError:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 import lz4.block
 from clickhouse_cityhash.cityhash import CityHash128
 
-from warehouse.embedded.errors import EngineError
+from gpugap.warehouse.embedded.errors import EngineError
 
 
 class TooLarge(EngineError):

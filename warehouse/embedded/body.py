@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from warehouse.embedded import blocks
-from warehouse.embedded.errors import EngineError
+from gpugap.warehouse.embedded import blocks
+from gpugap.warehouse.embedded.errors import EngineError
 
 CHUNK = 1 << 20  # raw bytes per read, and decompressed bytes per step
 

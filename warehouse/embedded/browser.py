@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
-from warehouse.embedded.errors import EngineError
+from gpugap.warehouse.embedded.errors import EngineError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 

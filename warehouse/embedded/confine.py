@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 # --- Landlock (include/uapi/linux/landlock.h) --------------------------------------------------
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from warehouse.embedded import wire
-from warehouse.embedded.errors import EngineError, strip_wrapper, too_large
+from gpugap.warehouse.embedded import wire
+from gpugap.warehouse.embedded.errors import EngineError, strip_wrapper, too_large
 
 
 @dataclass

@@ -30,11 +30,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from schemas.errors import ServiceError
-from warehouse.embedded import wire
-from warehouse.embedded.confine import ConfinementError
-from warehouse.embedded.connection import Connection
-from warehouse.embedded.errors import EngineError
+from gpugap.schemas.errors import ServiceError
+from gpugap.warehouse.embedded import wire
+from gpugap.warehouse.embedded.confine import ConfinementError
+from gpugap.warehouse.embedded.connection import Connection
+from gpugap.warehouse.embedded.errors import EngineError
 
 log = logging.getLogger(__name__)
 # what the engine process inherits: no secret, nothing of the endpoint's configuration
@@ -71,7 +71,7 @@ class EngineProcess:
         env["TMPDIR"] = str(scratch)
         env["PYTHONPATH"] = _code_roots(env.get("PYTHONPATH"))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "warehouse.embedded.enginehost"],
+            [sys.executable, "-m", "gpugap.warehouse.embedded.enginehost"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -169,7 +169,7 @@ def _code_roots(inherited: str | None) -> str:
     packages in first, so that both run the same code (a checkout run as ``python -m
     gpugap`` from its root finds its own before an installed one)."""
     roots: list[str] = []
-    for package in ("gpugap", "schemas"):
+    for package in ("gpugap",):
         spec = importlib.util.find_spec(package)
         for location in spec.submodule_search_locations or () if spec else ():
             root = str(Path(location).resolve().parent)

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from schemas.errors import ServiceError
-from warehouse.embedded import policy
-from warehouse.embedded.limits import EndpointLimits
+from gpugap.schemas.errors import ServiceError
+from gpugap.warehouse.embedded import policy
+from gpugap.warehouse.embedded.limits import EndpointLimits
 
 _CATALOG = """
 import chdb

@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from warehouse.embedded import confine, wire
+from gpugap.warehouse.embedded import confine, wire
 
 _PR_SET_PDEATHSIG = 1
 # what the engine reads of the machine besides its libraries: CPU and memory limits (cgroups,
@@ -36,7 +36,7 @@ MACHINE = (
 )  # fmt: skip
 SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
 # the packages the engine process imports code from
-PACKAGES = ("gpugap", "schemas", "chdb", "chdb_core")
+PACKAGES = ("gpugap", "chdb", "chdb_core")
 
 
 def library_paths() -> list[Path]:
@@ -55,7 +55,11 @@ def library_paths() -> list[Path]:
     for package in PACKAGES:
         spec = importlib.util.find_spec(package)
         if spec is not None:
-            found += [Path(p) for p in spec.submodule_search_locations or ()]
+            for location in (Path(p) for p in spec.submodule_search_locations or ()):
+                found.append(location)
+                # a checkout keeps gpugap's parts beside it, linked in (gpugap/schemas ->
+                # ../schemas): Landlock sees the files where they are
+                found += [c.resolve() for c in location.iterdir() if c.is_symlink() and c.is_dir()]
     return sorted({p for p in found if p.exists()})
 
 

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from groundfloor import sqllex
-from warehouse.embedded import allowed, body, native, policy
-from warehouse.embedded.connection import Connection, Insert, Outcome, literal, unliteral
-from warehouse.embedded.engine import EngineProcess
-from warehouse.embedded.errors import EngineError, too_large
-from warehouse.embedded.limits import EndpointLimits
+from gpugap.groundfloor import sqllex
+from gpugap.warehouse.embedded import allowed, body, native, policy
+from gpugap.warehouse.embedded.connection import Connection, Insert, Outcome, literal, unliteral
+from gpugap.warehouse.embedded.engine import EngineProcess
+from gpugap.warehouse.embedded.errors import EngineError, too_large
+from gpugap.warehouse.embedded.limits import EndpointLimits
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from warehouse.embedded.errors import EngineError
+from gpugap.warehouse.embedded.errors import EngineError
 
 MIN_REVISION_WITH_LOW_CARDINALITY, MIN_REVISION_WITH_CUSTOM_SERIALIZATION = 54405, 54454
 # field 1: is_overflows = 0; field 2: bucket_num = -1; 0: the end (BlockInfo::write)

@@ -11,7 +11,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from schemas.errors import ConfigError
+from gpugap.schemas.errors import ConfigError
 
 
 def password_file(data: Path) -> Path:

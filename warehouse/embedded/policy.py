@@ -25,10 +25,10 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from groundfloor import sqllex
-from warehouse.embedded import allowed
-from warehouse.embedded.connection import Connection, escaped
-from warehouse.embedded.errors import EngineError
+from gpugap.groundfloor import sqllex
+from gpugap.warehouse.embedded import allowed
+from gpugap.warehouse.embedded.connection import Connection, escaped
+from gpugap.warehouse.embedded.errors import EngineError
 
 # table functions that compute or read this server's own tables, nothing else
 SAFE_TABLE_FUNCTIONS = frozenset(

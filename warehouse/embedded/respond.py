@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from warehouse.embedded import blocks
-from warehouse.embedded.connection import Outcome
-from warehouse.embedded.errors import EngineError
+from gpugap.warehouse.embedded import blocks
+from gpugap.warehouse.embedded.connection import Outcome
+from gpugap.warehouse.embedded.errors import EngineError
 
 CONTENT_TYPES = {
     "JSON": "application/json; charset=UTF-8",

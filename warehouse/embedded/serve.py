@@ -18,17 +18,17 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from schemas.errors import ConfigError, ServiceError
-from warehouse.embedded import password
-from warehouse.embedded.engine import EngineProcess
-from warehouse.embedded.engine_config import (
+from gpugap.schemas.errors import ConfigError, ServiceError
+from gpugap.warehouse.embedded import password
+from gpugap.warehouse.embedded.engine import EngineProcess
+from gpugap.warehouse.embedded.engine_config import (
     prepare_data_dir,
     workloads,
     write_engine_config,
 )
-from warehouse.embedded.limits import EndpointLimits
-from warehouse.embedded.server import Endpoint
-from warehouse.embedded.users import User, role
+from gpugap.warehouse.embedded.limits import EndpointLimits
+from gpugap.warehouse.embedded.server import Endpoint
+from gpugap.warehouse.embedded.users import User, role
 
 log = logging.getLogger(__name__)
 _SECRET_PARAM = re.compile(r"((?:^|[?&])(?:password|key)=)[^&]*", re.IGNORECASE)
@@ -120,7 +120,7 @@ def serve(
     if not insecure_no_password:
         users = _with_passwords(path, users)
     check_exposure(host, users, insecure_no_password)
-    from groundfloor.settings import ServicesSettings
+    from gpugap.groundfloor.settings import ServicesSettings
 
     cache = ServicesSettings().cache_dir / "chdb"
     config = write_engine_config(path / "gpugap-engine", limits, cache, guarded=sql_guards)

@@ -15,15 +15,15 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
-from warehouse.embedded import allowed, auth, body, native, play, policy
-from warehouse.embedded.browser import BrowserGuard
-from warehouse.embedded.connection import literal, unliteral
-from warehouse.embedded.engine import EngineProcess
-from warehouse.embedded.engine_config import workload
-from warehouse.embedded.errors import EngineError
-from warehouse.embedded.execute import Call, Execution, Result
-from warehouse.embedded.limits import EndpointLimits
-from warehouse.embedded.respond import (
+from gpugap.warehouse.embedded import allowed, auth, body, native, play, policy
+from gpugap.warehouse.embedded.browser import BrowserGuard
+from gpugap.warehouse.embedded.connection import literal, unliteral
+from gpugap.warehouse.embedded.engine import EngineProcess
+from gpugap.warehouse.embedded.engine_config import workload
+from gpugap.warehouse.embedded.errors import EngineError
+from gpugap.warehouse.embedded.execute import Call, Execution, Result
+from gpugap.warehouse.embedded.limits import EndpointLimits
+from gpugap.warehouse.embedded.respond import (
     SAFE_HEADERS,
     Context,
     Shape,
@@ -31,9 +31,9 @@ from warehouse.embedded.respond import (
     error,
     send,
 )
-from warehouse.embedded.sessions import Session, Sessions
-from warehouse.embedded.slots import Pending, Slots
-from warehouse.embedded.users import User, role
+from gpugap.warehouse.embedded.sessions import Session, Sessions
+from gpugap.warehouse.embedded.slots import Pending, Slots
+from gpugap.warehouse.embedded.users import User, role
 
 log = logging.getLogger(__name__)
 

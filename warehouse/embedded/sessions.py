@@ -12,9 +12,9 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from warehouse.embedded.connection import Connection
-from warehouse.embedded.engine import EngineProcess
-from warehouse.embedded.errors import EngineError
+from gpugap.warehouse.embedded.connection import Connection
+from gpugap.warehouse.embedded.engine import EngineProcess
+from gpugap.warehouse.embedded.errors import EngineError
 
 MAX_SETTINGS_BYTES = 64 << 10  # what SET may keep for a session, names and values
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from warehouse.embedded.errors import EngineError
-from warehouse.embedded.limits import EndpointLimits
+from gpugap.warehouse.embedded.errors import EngineError
+from gpugap.warehouse.embedded.limits import EndpointLimits
 
 
 class Slots:

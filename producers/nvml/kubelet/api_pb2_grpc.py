@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from producers.nvml.kubelet import api_pb2 as producers_dot_gpu_dot_kubelet_dot_api__pb2
+from gpugap.producers.nvml.kubelet import api_pb2 as producers_dot_gpu_dot_kubelet_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

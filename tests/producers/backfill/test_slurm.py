@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from producers.slurm.parse import SACCT_FIELDS
-from producers.slurm.sources import SACCT_STATES
-from schemas import SlurmJobEvent
-from schemas.types import LifecycleKind
-from streams.allocate import from_slurm
-from streams.core import NodeCore
+from gpugap.producers.slurm.parse import SACCT_FIELDS
+from gpugap.producers.slurm.sources import SACCT_STATES
+from gpugap.schemas import SlurmJobEvent
+from gpugap.schemas.types import LifecycleKind
+from gpugap.streams.allocate import from_slurm
+from gpugap.streams.core import NodeCore
 from tests.backfill.history import read_jsonl
 from tests.harness.slurm_cluster import SlurmCluster
 

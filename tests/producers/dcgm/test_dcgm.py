@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from gpugap.groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings, Settings
+from gpugap.producers import plugin, run_producer
+from gpugap.producers.dcgm.producer import DcgmProducer, endpoint_url
+from gpugap.producers.dcgm.settings import DcgmSettings
+from gpugap.schemas import DeadLetter, NodeSample
+from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.topics import DEAD_LETTER, SAMPLES
 from gpugap.services.kafka import free_port
-from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
-from groundfloor.settings import KafkaSettings, Settings
-from producers import plugin, run_producer
-from producers.dcgm.producer import DcgmProducer, endpoint_url
-from producers.dcgm.settings import DcgmSettings
-from schemas import DeadLetter, NodeSample
-from schemas.errors import ConfigError
-from schemas.topics import DEAD_LETTER, SAMPLES
 from tests.harness.topics import create_topics, read_topic
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "dcgm"
@@ -103,7 +103,7 @@ def test_one_round_many_endpoints_one_down_one_hung_one_bad(
             await run_producer(producer, JsonlPublisher(out), once=True)
             return producer
 
-    with caplog.at_level(logging.WARNING, logger="producers.dcgm.producer"):
+    with caplog.at_level(logging.WARNING, logger="gpugap.producers.dcgm.producer"):
         producer = asyncio.run(run())
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     samples = [NodeSample.model_validate(x["value"]) for x in lines if x["topic"] == SAMPLES.name]
@@ -160,7 +160,7 @@ def test_an_endpoint_going_down_and_back_is_logged_once_each(
             await runner.cleanup()
         return got
 
-    with caplog.at_level(logging.WARNING, logger="producers.dcgm.producer"):
+    with caplog.at_level(logging.WARNING, logger="gpugap.producers.dcgm.producer"):
         assert asyncio.run(run()) == [1, 0, 0, 0, 1, 1]
     logged = [r.getMessage() for r in caplog.records]
     assert len(logged) == 2 and "HTTP 503" in logged[0] and "is back" in logged[1]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from producers.dcgm.parse import ScrapeError, parse_scrape
-from schemas import Attribution, GpuSample, MigInstance, NodeSample, SharingPod, encode
-from schemas.types import MAX_SHARING_PODS, ActivityMetric, DeadLetterKind, SampleSource
+from gpugap.producers.dcgm.parse import ScrapeError, parse_scrape
+from gpugap.schemas import Attribution, GpuSample, MigInstance, NodeSample, SharingPod, encode
+from gpugap.schemas.types import MAX_SHARING_PODS, ActivityMetric, DeadLetterKind, SampleSource
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "dcgm"
 T = datetime(2026, 11, 2, 9, 30, 15, tzinfo=UTC)

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from schemas import DeadLetter, K8sPodEvent
-from schemas.types import DeadLetterKind
+from gpugap.schemas import DeadLetter, K8sPodEvent
+from gpugap.schemas.types import DeadLetterKind
 from tests.harness.k8s_api import ApiServer, FakeCluster
 from tests.harness.k8s_run import Running, read_dead_letters
 
@@ -102,7 +102,7 @@ def by_name(events: list[K8sPodEvent]) -> dict[str, list[str]]:
 
 def limit(field: str) -> int:
     """The schema's bound on a K8sPodEvent string field."""
-    from producers.kubernetes.bounds import text_limit
+    from gpugap.producers.kubernetes.bounds import text_limit
 
     n = text_limit(K8sPodEvent, field)
     assert n is not None and n < LONG
@@ -110,7 +110,7 @@ def limit(field: str) -> int:
 
 
 def check_truncated(e: K8sPodEvent) -> None:
-    from producers.kubernetes.bounds import MARKER
+    from gpugap.producers.kubernetes.bounds import MARKER
 
     values = {
         "owner": ("o", e.owner),
@@ -252,7 +252,7 @@ def test_an_unreadable_watch_event_is_a_dead_letter_and_the_watch_goes_on(
 
 # --- the pieces, without a server ---------------------------------------------------------
 def test_truncation_keeps_short_values_and_marks_and_distinguishes_long_ones() -> None:
-    from producers.kubernetes.bounds import MARKER, truncate
+    from gpugap.producers.kubernetes.bounds import MARKER, truncate
 
     assert truncate("alice", 10) == "alice"
     assert truncate("x" * 10, 10) == "x" * 10
@@ -263,10 +263,10 @@ def test_truncation_keeps_short_values_and_marks_and_distinguishes_long_ones() -
 def test_owner_maps_are_cut_to_the_keys_the_rules_read() -> None:
     """An owner with 10,000 labels and a large last-applied annotation: the cache keeps only
     the keys that owner, team, class and gang rules read, and the pod's result is unchanged."""
-    from producers.kubernetes.owners import OwnerResolver, owner_map_keys
-    from producers.kubernetes.producer import make_enricher
-    from producers.kubernetes.resources import GpuRule
-    from producers.kubernetes.settings import KubernetesSettings
+    from gpugap.producers.kubernetes.owners import OwnerResolver, owner_map_keys
+    from gpugap.producers.kubernetes.producer import make_enricher
+    from gpugap.producers.kubernetes.resources import GpuRule
+    from gpugap.producers.kubernetes.settings import KubernetesSettings
 
     labels = {f"noise-{i}": "v" for i in range(10_000)}
     labels |= {"team": "vision", "kueue.x-k8s.io/queue-name": "q", "gpugap.io/owner": "bob"}
@@ -297,10 +297,10 @@ def test_owner_maps_are_cut_to_the_keys_the_rules_read() -> None:
 
 
 def test_recorded_owners_give_the_same_result_through_the_cut_maps() -> None:
-    from producers.kubernetes.owners import Fetch, OwnerResolver, owner_map_keys
-    from producers.kubernetes.producer import make_enricher
-    from producers.kubernetes.resources import GpuRule
-    from producers.kubernetes.settings import KubernetesSettings
+    from gpugap.producers.kubernetes.owners import Fetch, OwnerResolver, owner_map_keys
+    from gpugap.producers.kubernetes.producer import make_enricher
+    from gpugap.producers.kubernetes.resources import GpuRule
+    from gpugap.producers.kubernetes.settings import KubernetesSettings
     from tests.harness.k8s_api import PLURALS, Scenario, scenarios
 
     def fetcher(sc: Scenario) -> Fetch:
@@ -319,8 +319,8 @@ def test_recorded_owners_give_the_same_result_through_the_cut_maps() -> None:
 
 
 def test_a_pod_with_more_containers_than_the_bound_is_one_dead_letter() -> None:
-    from producers.kubernetes.resources import MAX_CONTAINERS, GpuRule
-    from producers.kubernetes.tracker import Enrichment, Tracker
+    from gpugap.producers.kubernetes.resources import MAX_CONTAINERS, GpuRule
+    from gpugap.producers.kubernetes.tracker import Enrichment, Tracker
 
     t = Tracker("test", GpuRule(["nvidia.com/gpu"], []), lambda _: Enrichment())
     many = pod("many")
@@ -336,8 +336,8 @@ def test_a_pod_with_more_containers_than_the_bound_is_one_dead_letter() -> None:
 def test_a_reported_pod_whose_next_version_is_unreadable_still_gets_its_running_and_end() -> None:
     """Bound and reported; one later version cannot be read (a dead letter, nothing of it
     emitted or taken as sent); the next readable version and the deletion are reported."""
-    from producers.kubernetes.resources import GpuRule
-    from producers.kubernetes.tracker import Enrichment, Tracker
+    from gpugap.producers.kubernetes.resources import GpuRule
+    from gpugap.producers.kubernetes.tracker import Enrichment, Tracker
 
     t = Tracker("test", GpuRule(["nvidia.com/gpu"], []), lambda _: Enrichment())
     pending = pod("p")
@@ -356,12 +356,12 @@ def test_a_reported_pod_whose_next_version_is_unreadable_still_gets_its_running_
 def test_the_labels_the_idle_rules_read_are_carried_bounded_to_the_allocation() -> None:
     """GPUGAP_K8S_CARRY_LABELS (default gpugap.io/*): those labels ride on the pod's records
     and its allocation events, at most 32, sorted; others and oversized ones stay behind."""
-    from producers.kubernetes.owners import OwnerResolver
-    from producers.kubernetes.producer import make_enricher
-    from producers.kubernetes.resources import GpuRule
-    from producers.kubernetes.settings import KubernetesSettings
-    from producers.kubernetes.tracker import Tracker
-    from streams.allocate import from_pod
+    from gpugap.producers.kubernetes.owners import OwnerResolver
+    from gpugap.producers.kubernetes.producer import make_enricher
+    from gpugap.producers.kubernetes.resources import GpuRule
+    from gpugap.producers.kubernetes.settings import KubernetesSettings
+    from gpugap.producers.kubernetes.tracker import Tracker
+    from gpugap.streams.allocate import from_pod
 
     labels = {f"gpugap.io/l{i:02d}": f"v{i}" for i in range(40)}
     labels |= {"app": "web", "gpugap.io/idle": "relaxed", "gpugap.io/big": "x" * 300}

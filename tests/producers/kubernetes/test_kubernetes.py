@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from schemas import K8sPodEvent, to_utc
+from gpugap.schemas import K8sPodEvent, to_utc
 from tests.harness.k8s_api import ApiServer, FakeCluster, Scenario, scenarios
 from tests.harness.k8s_run import Running
 

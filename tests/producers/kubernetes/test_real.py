@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from groundfloor.kafka.publish import JsonlPublisher
-from producers import run_producer
-from producers.kubernetes.bounds import LIMITS
-from producers.kubernetes.producer import KubernetesProducer
-from schemas import K8sPodEvent
+from gpugap.groundfloor.kafka.publish import JsonlPublisher
+from gpugap.producers import run_producer
+from gpugap.producers.kubernetes.bounds import LIMITS
+from gpugap.producers.kubernetes.producer import KubernetesProducer
+from gpugap.schemas import K8sPodEvent
 from tests.harness.k8s_run import read_dead_letters, read_events, settings_for
 from tests.harness.kube_apiserver import Api, ApiError, KubeApiServer, crd, touch_sentinel
 
@@ -884,7 +884,7 @@ def wait_compacted(api: Api, rv: int, timeout: float = 60.0) -> None:
 
 def test_wrong_credentials_are_a_clear_error(kube: KubeApiServer, tmp_path: Path) -> None:
     """A token the apiserver does not know (401): the producer stops with a clear error."""
-    from schemas.errors import FatalError
+    from gpugap.schemas.errors import FatalError
 
     kubeconfig = kube.kubeconfig(tmp_path / "kubeconfig", token="not-a-token")
 

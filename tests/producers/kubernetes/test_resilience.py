@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings
-from schemas import K8sPodEvent, decode, utc_now
-from schemas.topics import K8S_PODS
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import K8sPodEvent, decode, utc_now
+from gpugap.schemas.topics import K8S_PODS
 from tests.harness.k8s_api import ApiServer, FakeCluster, Scenario
 from tests.harness.k8s_run import Running, read_events
 from tests.harness.topics import create_topics
@@ -221,7 +221,7 @@ def test_an_api_server_that_goes_away_is_retried_with_backoff_until_it_is_back(
 
 
 def test_backoff_doubles_with_jitter_up_to_the_cap() -> None:
-    from producers.kubernetes.watcher import backoff_delay
+    from gpugap.producers.kubernetes.watcher import backoff_delay
 
     for failures, step in [(1, 0.2), (2, 0.4), (3, 0.8), (6, 6.4), (8, 10.0), (500, 10.0)]:
         delays = [backoff_delay(failures, 0.2, 10.0) for _ in range(200)]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from groundfloor.classify import (
+from gpugap.groundfloor.classify import (
     ClassRule,
     Owner,
     classify_pod,
@@ -17,12 +17,12 @@ from groundfloor.classify import (
     gang_of,
     owner_and_team,
 )
-from producers import plugin
-from producers.kubernetes.owners import OwnerResolver, expected_gpu_pods
-from producers.kubernetes.producer import make_enricher
-from producers.kubernetes.resources import GpuRule, gpu_summary, quantity, termination
-from producers.kubernetes.settings import KubernetesSettings
-from schemas.types import TerminationReason, WorkloadClass
+from gpugap.producers import plugin
+from gpugap.producers.kubernetes.owners import OwnerResolver, expected_gpu_pods
+from gpugap.producers.kubernetes.producer import make_enricher
+from gpugap.producers.kubernetes.resources import GpuRule, gpu_summary, quantity, termination
+from gpugap.producers.kubernetes.settings import KubernetesSettings
+from gpugap.schemas.types import TerminationReason, WorkloadClass
 from tests.harness.k8s_api import PLURALS, Scenario, merge_patch, scenarios
 
 RULE = GpuRule(["nvidia.com/gpu"], ["nvidia.com/mig-"])
@@ -414,7 +414,7 @@ def test_rbac_is_read_only_and_covers_every_owner_the_producer_resolves() -> Non
 
     import yaml
 
-    from producers.kubernetes.owners import RESOLVABLE
+    from gpugap.producers.kubernetes.owners import RESOLVABLE
 
     path = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes-producer-rbac.yaml"
     role = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "ClusterRole")
@@ -431,7 +431,7 @@ def test_rbac_is_read_only_and_covers_every_owner_the_producer_resolves() -> Non
 
 # --- settings -----------------------------------------------------------------------------
 def test_k8s_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from schemas.errors import ConfigError
+    from gpugap.schemas.errors import ConfigError
 
     monkeypatch.setenv("GPUGAP_K8S_NAMESPACES", "ml-train, serving")
     monkeypatch.setenv("GPUGAP_K8S_GPU_RESOURCE_PREFIXES", '["nvidia.com/mig-", "amd.com/"]')

@@ -13,15 +13,15 @@ import pynvml
 import pytest
 
 from gpugap.cli import main
-from groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
-from groundfloor.settings import KafkaSettings, Settings
-from producers import plugin, run_producer
-from producers.nvml.producer import NvmlProducer
-from producers.nvml.settings import NvmlSettings
-from schemas import GpuSample, MigInstance, NodeSample
-from schemas.errors import ConfigError, FatalError
-from schemas.topics import SAMPLES
-from schemas.types import ActivityMetric, SampleSource
+from gpugap.groundfloor.kafka.publish import JsonlPublisher, KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings, Settings
+from gpugap.producers import plugin, run_producer
+from gpugap.producers.nvml.producer import NvmlProducer
+from gpugap.producers.nvml.settings import NvmlSettings
+from gpugap.schemas import GpuSample, MigInstance, NodeSample
+from gpugap.schemas.errors import ConfigError, FatalError
+from gpugap.schemas.topics import SAMPLES
+from gpugap.schemas.types import ActivityMetric, SampleSource
 from tests.harness.nvml_fake import FakeNvml
 from tests.harness.topics import create_topics, read_topic
 

@@ -16,13 +16,13 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from groundfloor.settings import Settings
-from producers.nvml.kubelet import api_pb2, api_pb2_grpc
-from producers.nvml.pod_resources import PodResourcesClient, attributions, device_uuid
-from producers.nvml.producer import NvmlProducer
-from producers.nvml.settings import NvmlSettings
-from schemas import Attribution, SharingPod, encode
-from schemas.types import MAX_SHARING_PODS
+from gpugap.groundfloor.settings import Settings
+from gpugap.producers.nvml.kubelet import api_pb2, api_pb2_grpc
+from gpugap.producers.nvml.pod_resources import PodResourcesClient, attributions, device_uuid
+from gpugap.producers.nvml.producer import NvmlProducer
+from gpugap.producers.nvml.settings import NvmlSettings
+from gpugap.schemas import Attribution, SharingPod, encode
+from gpugap.schemas.types import MAX_SHARING_PODS
 from tests.harness.nvml_fake import FakeNvml
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pod_resources"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from gpugap.cli import main
-from groundfloor.settings import KafkaSettings
-from schemas import decode, encode
-from schemas.examples import one_of_each
-from schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, by_name
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.schemas import decode, encode
+from gpugap.schemas.examples import one_of_each
+from gpugap.schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, by_name
 from tests.harness.topics import create_topics
 
 TOPICS = [SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name]

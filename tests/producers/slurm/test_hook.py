@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from groundfloor.kafka.consume import DeadLetters
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings, Settings
-from producers import run_producer
-from producers.slurm import spool
-from producers.slurm.drain import drain_once
-from producers.slurm.hook import HookConfig
-from producers.slurm.hook_command import run
-from producers.slurm.producer import SlurmProducer
-from producers.slurm.settings import SlurmSettings
-from schemas.topics import DEAD_LETTER, SLURM_JOBS
+from gpugap.groundfloor.kafka.consume import DeadLetters
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings, Settings
+from gpugap.producers import run_producer
+from gpugap.producers.slurm import spool
+from gpugap.producers.slurm.drain import drain_once
+from gpugap.producers.slurm.hook import HookConfig
+from gpugap.producers.slurm.hook_command import run
+from gpugap.producers.slurm.producer import SlurmProducer
+from gpugap.producers.slurm.settings import SlurmSettings
+from gpugap.schemas.topics import DEAD_LETTER, SLURM_JOBS
 from tests.harness.topics import read_topic
 from tests.producers.slurm.test_parse import FIX, env_file
 
@@ -177,7 +177,7 @@ def test_malformed_squeue_dead_letters_and_the_poller_goes_on(  # noqa: PLR0917
         drain_spool=False,
     )
     producer = SlurmProducer(Settings(kafka=kafka), s)
-    with caplog.at_level(logging.WARNING, "producers.slurm.producer"):
+    with caplog.at_level(logging.WARNING, "gpugap.producers.slurm.producer"):
         asyncio.run(run_producer(producer, KafkaPublisher(kafka), once=True))
     letters = asyncio.run(read_topic(kafka, DEAD_LETTER, dead, settle_s=1))
     assert len(letters) == dead and all(d.consumer == "slurm-poller:squeue" for d in letters)
@@ -206,8 +206,8 @@ def test_cli_hook_is_fast_to_start(tmp_path: Path) -> None:
         "pydantic",
         "aiokafka",
         "asyncio",
-        "schemas",
-        "groundfloor.settings",
+        "gpugap.schemas",
+        "gpugap.groundfloor.settings",
         "dataclasses",
     ):
         assert heavy not in loaded, heavy
@@ -263,7 +263,7 @@ def test_bad_config_is_one_log_line_exit_0_and_the_event_is_spooled(
         "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
     }
     out = subprocess.run(
-        [sys.executable, "-S", "-m", "producers.slurm.hook_command"],
+        [sys.executable, "-S", "-m", "gpugap.producers.slurm.hook_command"],
         env=env,
         capture_output=True,
         text=True,
@@ -302,7 +302,7 @@ def test_drain_says_what_it_shipped_to_each_topic(
 ) -> None:
     """A prolog that could not read scontrol spools a dead letter where the start event would
     be: the drainer's count says which topic each shipped record went to."""
-    from producers.slurm.drain import main as drain_main
+    from gpugap.producers.slurm.drain import main as drain_main
 
     down = hook_env(kafka, tmp_path, GPUGAP_KAFKA_BOOTSTRAP="127.0.0.1:1")
     bad = replay(tmp_path, "scontrol_malformed.txt")

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from groundfloor.settings import KafkaSettings
-from producers.slurm import spool
-from producers.slurm.hook import HookConfig
-from producers.slurm.hook_command import run
-from schemas.topics import SLURM_JOBS
+from gpugap.groundfloor.settings import KafkaSettings
+from gpugap.producers.slurm import spool
+from gpugap.producers.slurm.hook import HookConfig
+from gpugap.producers.slurm.hook_command import run
+from gpugap.schemas.topics import SLURM_JOBS
 from tests.harness.kafka_tls import TlsBroker
 from tests.harness.topics import read_topic
 from tests.producers.slurm.test_parse import env_file
@@ -141,4 +141,4 @@ def test_hook_process_exits_0_and_plaintext_does_not_import_ssl(
     )
     assert out.returncode == 0
     loaded = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
-    assert "producers.slurm.wire" in loaded and "ssl" not in loaded
+    assert "gpugap.producers.slurm.wire" in loaded and "ssl" not in loaded

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from groundfloor.kafka.publish import KafkaPublisher
-from groundfloor.settings import KafkaSettings, Settings
-from producers.slurm.parse import gres_indices
-from producers.slurm.producer import SlurmProducer
-from producers.slurm.settings import SlurmSettings
-from schemas import SlurmJobEvent
-from schemas.topics import DEAD_LETTER, SLURM_JOBS
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import KafkaSettings, Settings
+from gpugap.producers.slurm.parse import gres_indices
+from gpugap.producers.slurm.producer import SlurmProducer
+from gpugap.producers.slurm.settings import SlurmSettings
+from gpugap.schemas import SlurmJobEvent
+from gpugap.schemas.topics import DEAD_LETTER, SLURM_JOBS
 from tests.harness.slurm_cluster import GPUGAP, SlurmCluster
 from tests.harness.topics import read_topic
 
@@ -54,7 +54,7 @@ class Poller:
         self.stop = asyncio.Event()
 
     async def __aenter__(self) -> Poller:
-        from producers import run_producer
+        from gpugap.producers import run_producer
 
         self.task = asyncio.create_task(run_producer(self.producer, self.publisher, stop=self.stop))
         return self

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from producers.slurm import squeue
-from producers.slurm.event import JobInfo, encode, events_for, iso_ms, job_event, utc_ms
-from producers.slurm.hostlist import expand, indices
-from producers.slurm.parse import (
+from gpugap.producers.slurm import squeue
+from gpugap.producers.slurm.event import JobInfo, encode, events_for, iso_ms, job_event, utc_ms
+from gpugap.producers.slurm.hostlist import expand, indices
+from gpugap.producers.slurm.parse import (
     ParseError,
     jobcomp_env,
     sacct_jobs,
@@ -22,9 +22,9 @@ from producers.slurm.parse import (
     scontrol_jobs,
     time_limit,
 )
-from producers.slurm.wire import crc32c, murmur2, partition_for, record_batch
-from schemas import SlurmJobEvent, decode
-from schemas.topics import SLURM_JOBS
+from gpugap.producers.slurm.wire import crc32c, murmur2, partition_for, record_batch
+from gpugap.schemas import SlurmJobEvent, decode
+from gpugap.schemas.topics import SLURM_JOBS
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
 
@@ -268,7 +268,7 @@ def test_a_newline_in_a_job_name_cannot_forge_a_record() -> None:
 
 def test_non_utf8_and_long_job_names_are_replaced_and_bounded() -> None:
     """Bytes that are not UTF-8 become U+FFFD; names are cut at NAME_MAX (256) characters."""
-    from producers.slurm.event import NAME_MAX
+    from gpugap.producers.slurm.event import NAME_MAX
 
     raw = (FIX / "scontrol_prolog_non_utf8.txt").read_bytes()
     info = scontrol_job(raw.decode(errors="surrogateescape"))

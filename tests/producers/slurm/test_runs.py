@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from producers.slurm import show, spool, squeue
-from producers.slurm.event import JobInfo, events_for, job_event
-from producers.slurm.hook import HookConfig, on_end, on_prolog
-from producers.slurm.parse import jobcomp_env, scontrol_job
-from schemas import SlurmJobEvent
-from schemas.models import slurm_allocation_id
+from gpugap.producers.slurm import show, spool, squeue
+from gpugap.producers.slurm.event import JobInfo, events_for, job_event
+from gpugap.producers.slurm.hook import HookConfig, on_end, on_prolog
+from gpugap.producers.slurm.parse import jobcomp_env, scontrol_job
+from gpugap.schemas import SlurmJobEvent
+from gpugap.schemas.models import slurm_allocation_id
 from tests.producers.slurm.test_parse import FIX, env_file, valid
 
 T0 = 1_795_983_105  # the recorded job 17's start (epoch seconds)
@@ -163,9 +163,9 @@ def test_the_poller_ends_the_run_it_saw_when_the_job_shows_requeued(
     """squeue shows run 0 running, then the job pending with restart count 1: run 0 ended.
     Its end comes from sacct; without slurmdbd, at the time Slurm requeued it (the submit
     time it reset), state REQUEUED. Run 1 starts later under its own ids."""
-    from groundfloor.settings import Settings
-    from producers.slurm.producer import SlurmProducer
-    from producers.slurm.settings import SlurmSettings
+    from gpugap.groundfloor.settings import Settings
+    from gpugap.producers.slurm.producer import SlurmProducer
+    from gpugap.producers.slurm.settings import SlurmSettings
     from tests.streams.helpers import Recording
 
     settings = SlurmSettings(sacct=_sacct_job(tmp_path, sacct_works), cluster="probe")
@@ -192,7 +192,7 @@ def test_the_poller_ends_the_run_it_saw_when_the_job_shows_requeued(
 
 
 def test_a_recorded_requeue_is_the_same_two_runs_from_every_source(tmp_path: Path) -> None:
-    from producers.slurm.parse import sacct_jobs
+    from gpugap.producers.slurm.parse import sacct_jobs
 
     text = (FIX / "sacct_requeued.txt").read_text()
     records, bad = sacct_jobs(text)  # sacct -D -P, with its header: REQUEUED, then COMPLETED

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from groundfloor.kafka.consume import DeadLetters
-from groundfloor.kafka.publish import JsonlPublisher
-from producers.slurm import spool
-from producers.slurm.drain import drain_once
-from producers.slurm.drain import main as drain_main
-from producers.slurm.hook_command import run
+from gpugap.groundfloor.kafka.consume import DeadLetters
+from gpugap.groundfloor.kafka.publish import JsonlPublisher
+from gpugap.producers.slurm import spool
+from gpugap.producers.slurm.drain import drain_once
+from gpugap.producers.slurm.drain import main as drain_main
+from gpugap.producers.slurm.hook_command import run
 from tests.producers.slurm.test_parse import FIX, env_file
 
 REPO = Path(__file__).resolve().parents[3]
@@ -58,7 +58,7 @@ def prolog(root: Path, tmp_path: Path) -> dict[str, str]:
 def hook_process(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The hook as slurmctld runs it: its own process; it must exit 0 whatever happens."""
     out = subprocess.run(
-        [sys.executable, "-S", "-m", "producers.slurm.hook_command"],
+        [sys.executable, "-S", "-m", "gpugap.producers.slurm.hook_command"],
         env={**env, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

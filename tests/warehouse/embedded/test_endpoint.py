@@ -25,12 +25,12 @@ import requests
 from clickhouse_connect.driver.exceptions import DatabaseError
 from pydantic import SecretStr
 
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.schemas.errors import ConfigError
 from gpugap.services.kafka import free_port
-from groundfloor.settings import ClickHouseSettings
-from schemas.errors import ConfigError
+from gpugap.warehouse.client import client_options, connect
 from tests.harness.embedded_clickhouse import EmbeddedClickHouse
 from tests.harness.warehouse import READER_PASSWORD
-from warehouse.client import client_options, connect
 
 COLUMNS = (
     "lc LowCardinality(String), s String, dt DateTime('UTC'), dt64 DateTime64(3, 'UTC'), "

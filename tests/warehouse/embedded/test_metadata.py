@@ -21,9 +21,9 @@ import requests
 from clickhouse_connect.driver.exceptions import DatabaseError
 from pydantic import SecretStr
 
-from groundfloor.settings import ClickHouseSettings
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.warehouse.client import connect
 from tests.harness.warehouse import READER_PASSWORD
-from warehouse.client import connect
 
 USERS = ("default", "reader")
 VIEWS = {"v_top_waste", "v_capacity_gap_daily", "v_idle_now", "v_allocations", "v_alerts_open"}
@@ -608,8 +608,8 @@ def test_reader_cannot_kill_queries(clickhouse: ClickHouseSettings) -> None:
 
 
 def test_check_reader_refuses_kill_only() -> None:
-    from warehouse.embedded import policy
-    from warehouse.embedded.errors import EngineError
+    from gpugap.warehouse.embedded import policy
+    from gpugap.warehouse.embedded.errors import EngineError
 
     kill = policy.Statement("KILL QUERY WHERE 0", "KillQueryQuery Literal_UInt64_0 ASYNC", "")
     with pytest.raises(EngineError) as err:
@@ -621,7 +621,7 @@ def test_check_reader_refuses_kill_only() -> None:
 
 
 def test_engine_messages_read_as_a_servers() -> None:
-    from warehouse.embedded.errors import EngineError
+    from gpugap.warehouse.embedded.errors import EngineError
 
     nested = EngineError(
         "Code: 164. DB::Exception: Code: 164. DB::Exception: Cannot modify 'max_threads' "

@@ -18,8 +18,8 @@ import requests
 from backports import zstd
 from clickhouse_cityhash.cityhash import CityHash128
 
-from groundfloor.settings import ClickHouseSettings
-from warehouse.client import client_options, connect
+from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.warehouse.client import client_options, connect
 
 BLOCK_INFO = b"\x01\x00\x02\xff\xff\xff\xff\x00"
 GO_REVISION = 54460  # clickhouse-go v2.47's ClientTCPProtocolVersion
