@@ -80,10 +80,7 @@ def _load(args: argparse.Namespace) -> int:
     settings = load().clickhouse
     if args.clickhouse:
         settings = settings.model_copy(update={"url": args.clickhouse})
-    try:
-        client = connect(settings)
-    except Exception as exc:
-        raise as_gpugap_error(exc, settings.url) from None
+    client = connect(settings)  # its errors are already gpugap's, in one line
     try:
         card_id = write_rate_card(client, card, source)
     except Exception as exc:

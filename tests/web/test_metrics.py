@@ -6,15 +6,13 @@ gpugap_warehouse_up 0, not a failed scrape."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -25,8 +23,6 @@ from gpugap.web import metrics
 from gpugap.web.queries import Query
 from tests.harness.prometheus import Prometheus, PrometheusBuildError, ensure_built
 from tests.web.conftest import DemoWarehouse
-
-T = TypeVar("T")
 
 RULES = Path(__file__).parents[2] / "deploy" / "prometheus" / "gpugap-rules.yaml"
 
@@ -123,13 +119,6 @@ def query(prom: Prometheus, expr: str) -> list[Any]:
     return result
 
 
-def run_alone(coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` in a thread of its own: the session's Playwright browser (sync API) keeps
-    an event loop running in the main thread once a page test has started it."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
 def test_the_series_cut_at_max_series_are_the_same_every_scrape() -> None:
     """Each query orders ties by every label it groups by: which 5,000 series a page keeps
     of more does not change from one scrape to the next."""
@@ -155,7 +144,7 @@ def test_hostile_label_values_stay_one_label_and_a_dead_warehouse_is_up_0() -> N
             return [], []
         return cols, rows
 
-    text = run_alone(metrics.Exporter(answers).text())
+    text = asyncio.run(metrics.Exporter(answers).text())
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     assert "gpugap_fake" not in fams
     samples = fams["gpugap_gpus_allocated"].samples
@@ -175,8 +164,8 @@ def test_hostile_label_values_stay_one_label_and_a_dead_warehouse_is_up_0() -> N
         raise RetriableError("ClickHouse is unavailable: connection refused")
 
     exporter = metrics.Exporter(down)
-    text = run_alone(exporter.text())
+    text = asyncio.run(exporter.text())
     assert "gpugap_warehouse_up 0" in text and "# TYPE gpugap_gpus_allocated gauge" in text
     first = calls
-    run_alone(exporter.text())  # within CACHE_S: answered from the copy
+    asyncio.run(exporter.text())  # within CACHE_S: answered from the copy
     assert calls == first
