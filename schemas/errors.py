@@ -17,6 +17,12 @@ class RetriableError(GpugapError):
     """A transient failure: the same call may succeed later (broker down, timeout)."""
 
 
+class RecordsLost(RetriableError):
+    """Kafka refused (or never got) records a publisher had taken: they are lost unless sent
+    again. The publisher refuses every later call until ``reopen()``; the caller sends again
+    from what it still holds (its input, its last checkpoint)."""
+
+
 class FatalError(GpugapError):
     """A failure that retrying cannot fix; the message says what to change."""
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from gpugap.groundfloor.kafka.consume import DeadLetters, RawMessage, consume
 from gpugap.groundfloor.settings import KafkaSettings, Settings
 from gpugap.schemas import Record, Topic
-from gpugap.schemas.errors import InvalidRecord, RetriableError
+from gpugap.schemas.errors import InvalidRecord, RecordsLost, RetriableError
 from gpugap.schemas.types import DeadLetterKind
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,10 @@ class BatchingSink(ABC):
             except RetriableError as exc:
                 if self.stop.is_set():
                     raise
+                if isinstance(exc, RecordsLost) and self._dead_letters is not None:
+                    # the dead letters or ledger records of this batch: the retry writes
+                    # them again, with a producer that sends
+                    await self._dead_letters.publisher.reopen()
                 self.retries += 1
                 log.warning(
                     "%s: %s; retrying in %.1fs (nothing is consumed meanwhile)",

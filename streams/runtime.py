@@ -20,9 +20,10 @@ No loss, no double counting:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -264,7 +265,7 @@ class WorkerRuntime:
         self.delivered, self.refill = {}, {}
         if not self.ready or not any(tp.topic in self.inputs for tp in revoked):
             return
-        async with self.lock:
+        async with self._locked("storing the state at a revoke"):
             await self._store()
             self._drop_state()
             log.info("input partitions revoked: state stored, will restore on assignment")
@@ -280,15 +281,29 @@ class WorkerRuntime:
         try:
             await self._on_batch(events, revokes)
         except Exception as exc:
-            await self._failed("a batch", exc)
+            async with self.lock:
+                self._failed("a batch", exc)
 
-    async def _failed(self, what: str, exc: Exception) -> None:
+    @contextlib.asynccontextmanager
+    async def _locked(self, what: str) -> AsyncIterator[None]:
+        """The lock, and a failure inside it handled before the lock is let go: a tick or
+        batch waiting for the lock would otherwise take it first and go on from the failed
+        state (its checkpoint could then store state whose outputs were lost)."""
+        async with self.lock:
+            try:
+                yield
+            except Exception as exc:
+                self._failed(what, exc)
+
+    def _failed(self, what: str, exc: Exception) -> None:
         """Something beside a record's own processing failed (Kafka refused or timed out a
         write, the state could not be read): the outputs of records the state has taken may
         be lost, so that state must never be stored nor its records acked. It is dropped
         unstored; the next batch or tick restores the last checkpoint and reads again from
         its offsets (what is written twice replaces itself downstream). Not raised: Faust
-        would restart the agent (or end the timer) on top of the same state."""
+        would restart the agent (or end the timer) on top of the same state. Called with the
+        lock held, and without an await: nothing runs between the failure and the drop."""
+        assert self.lock.locked()
         stats = self.join.stats
         stats.restores_after_failure += 1
         n = stats.restores_after_failure
@@ -306,21 +321,22 @@ class WorkerRuntime:
                 exc,
                 since,
             )
-        async with self.lock:
-            if self.ready:
-                # what Faust has delivered since the last checkpoint it will not deliver
-                # again: read it back ourselves once restored (``_refill``)
-                self.refill = dict(self.delivered)
-            self._drop_state()
-            # a producer that failed may be left unable to send (an idempotent producer's
-            # sequence numbers after a lost batch): the next state writes with a new one
-            old, self.pub = self.pub, KafkaPublisher(self.kafka)
-            self.join.pub = self.join.dl.publisher = self.pub
-            self._closing = asyncio.create_task(_close_quietly(old))
+        # what Faust has delivered since the last checkpoint it will not deliver again:
+        # read it back ourselves once restored (``_refill``). Also when the failure came
+        # before a restore was done: the refill that restore had taken is not read yet
+        for tp, offset in self.delivered.items():
+            self.refill[tp] = max(offset, self.refill.get(tp, offset))
+        self._drop_state()
+        # a publisher that lost a batch refuses every later call (and an idempotent
+        # producer's sequence numbers are broken after one): the next state writes with a
+        # new one
+        old, self.pub = self.pub, KafkaPublisher(self.kafka)
+        self.join.pub = self.join.dl.publisher = self.pub
+        self._closing = asyncio.create_task(_close_quietly(old))
 
     async def _refill(self) -> None:
         """After a failure: read again what Faust delivered past the restored state."""
-        refill, self.refill = self.refill, {}
+        refill = self.refill  # cleared only once read: a failure on the way keeps it
         assigned = self.engine.assignment()
         tps = [tp for tp in refill if tp in assigned]
         if not tps:
@@ -330,6 +346,7 @@ class WorkerRuntime:
             if starts[tp] < refill[tp]:
                 await self._fill(tp, starts[tp], refill[tp])
             self.expect[tp] = self.next[tp] = max(starts[tp], refill[tp])
+        self.refill = {}
 
     async def _on_batch(self, events: list[Any], revokes: int) -> None:
         # events fetched before a rebalance: Faust seeks back to the committed offsets and
@@ -338,7 +355,7 @@ class WorkerRuntime:
         events = [ev for ev in events if ev.message.generation_id == generation]
         if not events:
             return
-        async with self.lock:
+        async with self._locked("a batch"):
             if self.revokes != revokes or self.engine.generation() != generation:
                 # a rebalance came while this batch waited for the lock. Restoring now
                 # would take the revoked assignment's shards, which the next assignment
@@ -589,7 +606,8 @@ class WorkerRuntime:
         try:
             await self._tick()
         except Exception as exc:
-            await self._failed("a tick", exc)
+            async with self.lock:
+                self._failed("a tick", exc)
 
     async def _tick(self) -> None:
         if self.stopping:
@@ -605,9 +623,9 @@ class WorkerRuntime:
             # input) would wait for one for good, and never flush nor stop when idle.
             if not self.engine.recovered(self.inputs):
                 return
-            async with self.lock:
+            async with self._locked("a tick"):
                 await self._ready()
-        async with self.lock:
+        async with self._locked("a tick"):
             if not self.ready:
                 return  # revoked while this tick waited for the lock: nothing to store
             self.join.stats.last_poll = time.monotonic()

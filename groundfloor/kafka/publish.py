@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from gpugap.groundfloor.kafka.admin import ensure_topics
 from gpugap.groundfloor.settings import KafkaSettings
 from gpugap.schemas import Record, Topic, decode, encode
-from gpugap.schemas.errors import RetriableError
+from gpugap.schemas.errors import RecordsLost, RetriableError
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,13 @@ class Publisher(ABC):
     async def close(self) -> None:
         await self.flush()
 
+    async def reopen(self) -> None:
+        """Start again after ``RecordsLost``: what this publisher still held is dropped (the
+        caller sends it again), and the next call sends."""
+        with contextlib.suppress(Exception):
+            await self.close()
+        await self.start()
+
     async def __aenter__(self) -> Self:
         await self.start()
         return self
@@ -89,6 +97,12 @@ class KafkaPublisher(Publisher):
     Records are appended to one batch per partition (aiokafka's per-message ``send()`` costs
     more than encoding the record); the partition comes from the same murmur2 partitioner as
     the Java client, so keys land where Faust and every other client expect them.
+
+    Once the broker refused a batch, the publisher has lost records, whichever call noticed
+    it first: that call and every later ``send_raw`` and ``flush`` raise ``RecordsLost``. A
+    caller that stores a checkpoint after a flush must never see one succeed after records
+    were lost (a second flush would otherwise find nothing left to fail on); it sends again
+    from its checkpoint with a new publisher, or this one after ``reopen()``.
     """
 
     def __init__(self, settings: KafkaSettings) -> None:
@@ -101,6 +115,8 @@ class KafkaPublisher(Publisher):
         self._round_robin = 0
         self._linger: asyncio.Task[None] | None = None
         self._ship_lock = asyncio.Lock()  # batches of a partition reach the broker in order
+        #: the first refusal or failed hand-over: records were lost (see the class doc)
+        self._lost: BaseException | None = None
 
     async def start(self) -> None:
         """Connect; a second call keeps the running producer (and what it has in flight)."""
@@ -151,6 +167,7 @@ class KafkaPublisher(Publisher):
         timestamp_ms: int | None = None,
         partition: int | None = None,
     ) -> None:
+        self._raise_if_lost()
         partitions = self._partitions.get(topic) or await self._load_partitions(topic)
         if partition is not None:
             if partition not in partitions:
@@ -176,17 +193,16 @@ class KafkaPublisher(Publisher):
                 raise ValueError(f"a record of {len(value or b'')} bytes exceeds the batch size")
         self.sent += 1
         if self._linger is None or self._linger.done():
-            if self._linger is not None:
-                # a linger-time send that failed lost its batch: say so to the caller now,
-                # not never (a new task would drop the old one's exception unread)
-                linger, self._linger = self._linger, None
-                linger.result()
-            # a record never waits in a half-full batch for longer than linger_ms
+            # a record never waits in a half-full batch for longer than linger_ms (one a
+            # linger-time send lost is raised by the next call: ``_raise_if_lost``)
             self._linger = asyncio.create_task(self._ship_after_linger())
 
     async def _ship_after_linger(self) -> None:
         await asyncio.sleep(self.settings.linger_ms / 1000)
-        await self._ship_all()
+        try:
+            await self._ship_all()
+        except Exception as exc:  # the next send or flush raises it (``_raise_if_lost``)
+            self._lost = self._lost or exc
 
     async def _load_partitions(self, topic: str) -> list[int]:
         # created first where missing: auto-creation would log "not found" at ERROR
@@ -202,12 +218,33 @@ class KafkaPublisher(Publisher):
                 try:
                     fut = await self._producer.send_batch(batch, topic, partition=partition)
                 except Exception as exc:
-                    raise RetriableError(
+                    error = RecordsLost(
                         f"{topic}[{partition}]: a batch of {batch.record_count()} record(s) "
                         f"could not be handed to Kafka ({type(exc).__name__}: {exc}); they "
                         "were not sent"
-                    ) from exc
+                    )
+                    self._lost = self._lost or error
+                    raise error from exc
+                fut.add_done_callback(self._note_refusal)
                 self._in_flight.append(fut)
+
+    def _note_refusal(self, fut: asyncio.Future[Any]) -> None:
+        # read here, the moment the broker answers: the publisher is marked at once (not
+        # only when a flush reaches this future), and asyncio does not log the exception
+        # of a future nobody awaited as "never retrieved"
+        if not fut.cancelled() and (exc := fut.exception()) is not None:
+            self._lost = self._lost or exc
+
+    def _raise_if_lost(self) -> None:
+        lost = self._lost
+        if lost is None:
+            return
+        if isinstance(lost, RecordsLost):
+            raise RecordsLost(f"{lost} (records this publisher took were lost)") from lost
+        raise RecordsLost(
+            f"Kafka refused a batch ({type(lost).__name__}: {lost}): records this publisher "
+            "took were lost; send them again after reopen() or with a new publisher"
+        ) from lost
 
     async def _ship_all(self) -> None:
         for topic, partition in list(self._batches):
@@ -219,11 +256,15 @@ class KafkaPublisher(Publisher):
         if self._linger is not None:
             # never cancel it: it may be mid-way through handing a batch to the broker
             linger, self._linger = self._linger, None
-            await linger  # re-raises a failure of a linger-time send
+            await linger
+        self._raise_if_lost()  # a linger-time send that failed
         await self._ship_all()
         in_flight, self._in_flight = self._in_flight, []
-        for fut in in_flight:
-            await fut  # raises if the broker refused a batch
+        if in_flight:
+            # every answer, not only up to the first refusal (``_note_refusal`` has marked
+            # the publisher by then)
+            await asyncio.gather(*in_flight, return_exceptions=True)
+        self._raise_if_lost()  # refused now, or earlier and noticed by no caller until now
 
     async def close(self) -> None:
         if self._producer is None:
@@ -233,6 +274,9 @@ class KafkaPublisher(Publisher):
         finally:
             await self._producer.stop()
             self._producer = None
+            self._batches.clear()
+            self._in_flight.clear()
+            self._lost = None  # a later start() is a new producer
 
 
 class JsonlPublisher(Publisher):

@@ -134,35 +134,85 @@ def test_a_batch_the_linger_could_not_send_is_an_error_not_a_silent_loss(
     # accumulator does not come in time (a broker down): once, in the linger-time send
     from aiokafka.errors import KafkaTimeoutError
 
-    from gpugap.schemas.errors import RetriableError
+    from gpugap.schemas.errors import RecordsLost, RetriableError
 
     sample = next(node_samples(1, nodes=1))
 
     async def scenario() -> None:
         await create_topics(kafka, [SAMPLES.name])
-        async with KafkaPublisher(kafka) as pub:
-            real = pub._producer.send_batch
-            calls = 0
+        pub = KafkaPublisher(kafka)
+        await pub.start()
+        real = pub._producer.send_batch
+        calls = 0
 
-            async def fails_once(*args: object, **kwargs: object) -> object:
-                nonlocal calls
-                calls += 1
-                if calls == 1:
-                    raise KafkaTimeoutError("no metadata within the request timeout")
-                return await real(*args, **kwargs)
+        async def fails_once(*args: object, **kwargs: object) -> object:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise KafkaTimeoutError("no metadata within the request timeout")
+            return await real(*args, **kwargs)
 
-            pub._producer.send_batch = fails_once
+        pub._producer.send_batch = fails_once
+        await pub.send(SAMPLES, sample)
+        await asyncio.sleep(10 * kafka.linger_ms / 1000 + 0.05)  # the linger ran, failed
+        assert calls == 1
+        with pytest.raises(RetriableError, match=r"a batch of 1 record\(s\).*not sent"):
+            if then == "send":
+                await pub.send(SAMPLES, sample)
+            else:
+                await pub.flush()
+        # and every later call, too: records were lost, and a checkpoint stored after a
+        # later flush that passed would claim them written
+        with pytest.raises(RecordsLost, match=r"a batch of 1 record\(s\).*were lost"):
             await pub.send(SAMPLES, sample)
-            await asyncio.sleep(10 * kafka.linger_ms / 1000 + 0.05)  # the linger ran, failed
-            assert calls == 1
-            with pytest.raises(RetriableError, match=r"a batch of 1 record\(s\).*not sent"):
-                if then == "send":
-                    await pub.send(SAMPLES, sample)
-                else:
-                    await pub.flush()
-            await pub.send(SAMPLES, sample)  # and it goes on: the next batch is sent
+        await pub.reopen()  # the caller sends again what was lost, with a new producer
+        await pub.send(SAMPLES, sample)
+        await pub.close()
+        assert calls == 1  # sent by the new producer, not the one that failed
+        async with KafkaPublisher(kafka) as fresh:  # a new one sends
+            await fresh.send(SAMPLES, sample)
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_the_broker_refused_fails_every_later_flush_not_only_the_first(
+    kafka: KafkaSettings,
+) -> None:
+    # the worker's checkpoint is a flush, then the state: a tick that flushed after the
+    # failing flush of a batch (and before the state was dropped) found nothing left to
+    # fail on and stored state whose outputs were lost
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from gpugap.schemas.errors import RecordsLost
+
+    topic = f"{kafka.topic_prefix}small-messages"
+    sample = next(node_samples(1, nodes=1))
+
+    async def scenario() -> None:
+        await create_topics(kafka, [SAMPLES.name])
+        admin = AIOKafkaAdminClient(**kafka.client_options())
+        await admin.start()
+        try:
+            small = NewTopic(topic, 1, 1, topic_configs={"max.message.bytes": "64"})
+            await admin.create_topics([small])
+        finally:
+            await admin.close()
+        pub = KafkaPublisher(kafka)
+        await pub.start()
+        await pub.send_raw(topic, b"k", encode(sample))
+        with pytest.raises(RecordsLost, match=r"MessageSizeTooLargeError.*were lost"):
             await pub.flush()
-            assert calls == 2
+        for _ in range(2):
+            with pytest.raises(RecordsLost, match=r"MessageSizeTooLargeError.*were lost"):
+                await pub.flush()
+        with pytest.raises(RecordsLost, match="were lost"):
+            await pub.send(SAMPLES, sample)
+        with pytest.raises(RecordsLost):
+            await pub.close()  # says so at the close too, and still stops the producer
+        assert pub._producer is None
+        await pub.start()  # a new producer sends
+        await pub.send(SAMPLES, sample)
+        await pub.close()
 
     asyncio.run(scenario())
 

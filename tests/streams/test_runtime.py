@@ -168,6 +168,53 @@ def test_a_batch_that_fails_outside_a_record_drops_the_state_unstored(
         asyncio.run(r.on_batch(batch(3)))
 
 
+def test_a_tick_waiting_for_the_lock_never_stores_the_state_a_failed_batch_leaves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What lost 22 minutes of one node in CI: the batch's outputs were refused and the lock
+    # let go before the failure was handled; the tick waiting for it took it first, and its
+    # checkpoint stored the state whose outputs were lost (and acked their input)
+    from gpugap.schemas.errors import RetriableError
+
+    r = runner(monkeypatch)
+    r.ready, r.ready_generation = True, 3
+    r.engine.app.consumer_generation_id = 3
+    r.last_checkpoint -= 3600  # a checkpoint is due
+    stored: list[Any] = []
+    refuse = asyncio.Event()
+
+    async def refused(*args: Any, **kwargs: Any) -> None:
+        await refuse.wait()
+        raise RetriableError("gpu.minutes.v1[0]: a batch of 9 record(s) could not be sent")
+
+    async def store() -> dict[int, Any]:
+        stored.append(r.join)
+        return {}
+
+    async def positions(tps: list[Any]) -> dict[Any, int]:
+        return dict.fromkeys(tps, 0)
+
+    async def ready() -> None:
+        assert r.ready, "not restored in this test"
+
+    monkeypatch.setattr(r, "_ready", ready)
+    monkeypatch.setattr(r, "_store", store)
+    monkeypatch.setattr(r, "_positions", positions)
+    monkeypatch.setattr(r.join, "ingest", refused)
+
+    async def scenario() -> None:
+        failing = asyncio.create_task(r.on_batch(batch(3)))
+        await asyncio.sleep(0.01)  # the batch holds the lock
+        ticking = asyncio.create_task(r.tick())
+        await asyncio.sleep(0.01)  # the tick waits for it
+        assert r.lock.locked() and not ticking.done()
+        refuse.set()
+        await asyncio.gather(failing, ticking)
+
+    asyncio.run(scenario())
+    assert stored == [] and not r.ready and r.join.stats.restores_after_failure == 1
+
+
 def test_a_failing_restore_is_retried_and_logged_once_in_a_while(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
