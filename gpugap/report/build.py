@@ -214,6 +214,8 @@ def build_report(
                     gpus=r["gpus"],
                     activity=round(float(r["activity"]), 4),
                     last_minute=_utc(r["last_minute"]) or PAST,
+                    idle_minutes=r["idle_minutes"],
+                    idle_threshold=round(float(r["idle_threshold"]), 4),
                 )
                 for r in idle
             ],

@@ -109,8 +109,13 @@ class IdleAllocation(_Model):
     owner: str
     team: str
     gpus: int
-    activity: float = Field(description="consumed / allocated over the last 15 minutes, 0..1")
+    activity: float = Field(description="consumed / allocated over its idle window, 0..1")
     last_minute: datetime
+    idle_minutes: int = Field(
+        description="its idle window: every measured GPU-minute of its last idle_minutes of "
+        "data was below idle_threshold (its idle rule's, else its class's; 10 by default)"
+    )
+    idle_threshold: float = Field(description="its idle threshold, 0..1 (0.05 by default)")
 
 
 class IdleNow(_Model):

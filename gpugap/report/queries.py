@@ -129,7 +129,8 @@ class Queries:
     )
     idle_now = (
         "SELECT cluster, allocation_id, scheduler, workload_class, owner, team, gpus, activity, "
-        "last_minute, count() OVER () AS n, sum(gpus) OVER () AS all_gpus FROM v_idle_now "
+        "last_minute, idle_minutes, idle_threshold, count() OVER () AS n, "
+        "sum(gpus) OVER () AS all_gpus FROM v_idle_now "
         "ORDER BY gpus DESC, allocated_gpu_h DESC, cluster, allocation_id LIMIT {top:UInt32}"
     )
     partial_gangs_now = (

@@ -162,15 +162,17 @@ def _text(r: Report) -> list[str]:
     i = r.idle_now
     out += [
         "",
-        "Idle allocations now (every GPU below 5% for the last 15 minutes of data)",
+        "Idle allocations now (every measured minute of its idle rule's window below its "
+        "threshold)",
         f"  {plural(i.allocations, 'allocation')}, {plural(i.gpus, 'GPU')}",
     ]
     if i.rows:
         out += table(
             [Col("allocation"), Col("owner", max=16), Col("class"), Col("GPUs", True),
-             Col("activity", True), Col("last minute")],
+             Col("activity", True), Col("idle rule"), Col("last minute")],
             [[alloc_label(x.cluster, x.allocation_id, x.name, x.scheduler), x.owner,
-              x.workload_class, str(x.gpus), f"{100 * x.activity:.1f}%", when(x.last_minute)]
+              x.workload_class, str(x.gpus), f"{100 * x.activity:.1f}%",
+              f"<{100 * x.idle_threshold:g}% {x.idle_minutes}m", when(x.last_minute)]
              for x in i.rows],
             WIDTH,
         )  # fmt: skip

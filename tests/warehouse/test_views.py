@@ -209,9 +209,12 @@ def test_the_idle_policy_the_sink_writes_is_the_one_rollups_and_v_idle_now_use(
     asyncio.run(store())
     c = connect(clickhouse)
     try:
-        idle = c.query("SELECT allocation_id FROM v_idle_now ORDER BY 1").result_rows
-        # slurm/c/1: one GPU at 50 %, one at 0 %: idle under batch's 0.6, not under 0.05
-        assert idle == [("slurm/c/1",), ("slurm/c/2",)]
+        idle = c.query(
+            "SELECT allocation_id, idle_minutes, idle_threshold FROM v_idle_now ORDER BY 1"
+        ).result_rows
+        # slurm/c/1: one GPU at 50 %, one at 0 %: idle under batch's 0.6, not under 0.05;
+        # each says the window and threshold it was judged by (its class's here)
+        assert idle == [("slurm/c/1", 5, 0.6), ("slurm/c/2", 5, 0.6)]
         gap = c.query(
             "SELECT allocation_id, idle_gpu_h FROM v_capacity_gap_daily ORDER BY allocation_id"
         ).result_rows
@@ -246,8 +249,10 @@ def test_rollups_and_v_idle_now_judge_by_the_policy_stamped_on_each_minute(
     asyncio.run(store())
     c = connect(clickhouse)
     try:
-        idle = c.query("SELECT allocation_id FROM v_idle_now ORDER BY 1").result_rows
-        assert idle == [("slurm/c/1",)]
+        idle = c.query(
+            "SELECT allocation_id, idle_minutes, idle_threshold FROM v_idle_now ORDER BY 1"
+        ).result_rows
+        assert idle == [("slurm/c/1", 5, 0.6)]  # the rule's window and threshold
         gap = c.query(
             "SELECT allocation_id, idle_gpu_h FROM v_capacity_gap_daily ORDER BY allocation_id"
         ).result_rows
