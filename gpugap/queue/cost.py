@@ -58,7 +58,7 @@ class UserCost:
 
     user: str
     jobs_right_sized: int
-    padding_gpu_h: float  # GPUs x (limit asked - limit by the rule), over the changed jobs
+    over_rule_gpu_h: float  # GPUs x (limit asked - limit by the rule), over the changed jobs
     others_gpu_h_waited: float  # everyone else, this user's limits as asked (first replay)
     others_gpu_h_freed: Spread  # ... minus with only this user's limits right-sized
     own_gpu_h_freed: Spread  # the user's own jobs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,7 +91,10 @@ class Figures(_Model):
 class PaddedUser(_Model):
     user: str
     jobs_right_sized: int
-    padding_gpu_h: float = Field(description="GPUs x (limit asked - limit by the rule)")
+    over_rule_gpu_h: float = Field(
+        description="GPUs x (limit asked - limit by the --time rule), over the right-sized jobs "
+        "(not the report's padding, GPUs x unused limit)"
+    )
     others_gpu_h_waited: float = Field(description="everyone else's, limits as asked")
     others_gpu_h_freed: Range = Field(description="... less with this user's limits right-sized")
     own_gpu_h_freed: Range
@@ -189,7 +193,7 @@ def build_queue(
                     PaddedUser(
                         user=u.user,
                         jobs_right_sized=u.jobs_right_sized,
-                        padding_gpu_h=round(u.padding_gpu_h, 3),
+                        over_rule_gpu_h=round(u.over_rule_gpu_h, 3),
                         others_gpu_h_waited=round(u.others_gpu_h_waited, 3),
                         others_gpu_h_freed=_range(u.others_gpu_h_freed),
                         own_gpu_h_freed=_range(u.own_gpu_h_freed),
@@ -215,8 +219,25 @@ def duration(s: float) -> str:
     return f"{s / 86400:.1f}d"
 
 
-def _freed(r: Range, fmt: Any = "{:,.1f}".format) -> str:
-    noise = "" if r.clear else ", noise"
+def _decimals(values: Sequence[float], least: int = 1, most: int = 3) -> int:
+    """The fewest decimals (``least``..``most``) that keep distinct values apart and show a
+    non-zero one as non-zero: a spread of 0.04..0.06 must not read 0.0..0.1."""
+    for d in range(least, most):
+        shown = {round(v, d) for v in values}
+        if len(shown) == len(set(values)) and all(round(v, d) or not v for v in values):
+            return d
+    return most
+
+
+def _freed(r: Range, fmt: Any = None) -> str:
+    """The mean and the spread over the replays; "noise" only where replays disagree on the
+    sign of a change (one frees, another costs), and one figure where they all agree."""
+    if fmt is None:
+        d = _decimals([r.mean, r.low, r.high])
+        fmt = f"{{:,.{d}f}}".format
+    if r.low == r.high:
+        return fmt(r.mean)
+    noise = ", noise" if r.low < 0 < r.high else ""
     return f"{fmt(r.mean)} ({fmt(r.low)}..{fmt(r.high)}{noise})"
 
 
@@ -297,7 +318,7 @@ def render_table(q: QueueReport) -> str:
                 [
                     Col("padded user", max=20),
                     Col("jobs", True),
-                    Col("padding GPU-h", True),
+                    Col("over rule GPU-h", True),
                     Col("others' GPU-h freed", True),
                     Col("own GPU-h freed", True),
                 ],
@@ -305,7 +326,7 @@ def render_table(q: QueueReport) -> str:
                     [
                         u.user or "(none)",
                         f"{u.jobs_right_sized:,}",
-                        f"{u.padding_gpu_h:,.1f}",
+                        f"{u.over_rule_gpu_h:,.1f}",
                         _freed(u.others_gpu_h_freed),
                         _freed(u.own_gpu_h_freed),
                     ]

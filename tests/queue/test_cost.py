@@ -64,7 +64,7 @@ def test_the_queue_cost_of_alices_padding() -> None:
     assert cost.asked.backfilled == 0 and cost.right_sized.backfilled == 3
     (alice,) = cost.by_user
     assert alice.user == "alice" and alice.jobs_right_sized == 3
-    assert alice.padding_gpu_h == pytest.approx(3 * (36000 - 2700) / H)
+    assert alice.over_rule_gpu_h == pytest.approx(3 * (36000 - 2700) / H)
     # what her padding cost the others: carol waits 2 s more, dave 1798 s less
     assert alice.others_gpu_h_waited == pytest.approx((4 * 3599 + 4 * 1800) / H)
     assert alice.others_gpu_h_freed.mean == pytest.approx((4 * 3599 + 4 * 1800 - 4 * 3601 - 8) / H)

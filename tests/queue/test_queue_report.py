@@ -109,7 +109,7 @@ def test_wait_measured_and_the_padding_replayed(recorded: ClickHouseSettings) ->
     assert p.gpu_h_freed.mean == pytest.approx(ASKED_H - SIZED_H, abs=1e-3)
     (alice,) = p.padded_users  # bob, carol and dave have too few jobs for the rule
     assert alice.user == "alice"
-    assert alice.padding_gpu_h == pytest.approx(3 * (10 * H - 2700) / H, abs=1e-3)
+    assert alice.over_rule_gpu_h == pytest.approx(3 * (10 * H - 2700) / H, abs=1e-3)
 
 
 def test_report_queue_cli(recorded: ClickHouseSettings, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,7 +128,7 @@ def test_report_queue_cli(recorded: ClickHouseSettings, capsys: pytest.CaptureFi
     assert main(["report", "--queue", "--format", "csv", *window]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "queue_partitions,c/gpu,jobs,6" in lines
-    assert any(line.startswith("queue_padded_users,c/gpu:alice,padding_gpu_h,") for line in lines)
+    assert any(line.startswith("queue_padded_users,c/gpu:alice,over_rule_gpu_h,") for line in lines)
     assert main(["report", "--queue", "--schema"]) == 0
     assert "QueueReport" in json.loads(capsys.readouterr().out)["$defs"]
 
@@ -153,3 +153,27 @@ def test_the_time_recommendation_says_what_it_frees_for_others(
     low, mean, high = (f[f"queue_gpu_h_freed_for_others{s}"] for s in ("_low", "", "_high"))
     assert low <= mean <= high
     assert "Queue: replaying gpu's 6 jobs" in alice.rationale
+
+
+@pytest.mark.parametrize(
+    ("low", "mean", "high", "shown"),
+    [
+        # nothing right-sized: every replay frees nothing; not "noise"
+        (0.0, 0.0, 0.0, "0.0"),
+        # replays agree on the sign: a spread, not noise (one of them no change)
+        (0.0, 0.4, 0.9, "0.4 (0.0..0.9)"),
+        (1.2, 1.5, 1.9, "1.5 (1.2..1.9)"),
+        # one frees, another costs: noise
+        (-0.3, 0.1, 0.5, "0.1 (-0.3..0.5, noise)"),
+        # at the precision that shows the spread, not 0.1 (0.0..0.1)
+        (0.04, 0.05, 0.06, "0.05 (0.04..0.06)"),
+        (0.001, 0.002, 0.004, "0.002 (0.001..0.004)"),
+    ],
+)
+def test_freed_ranges_say_noise_only_where_replays_disagree_on_the_sign(
+    low: float, mean: float, high: float, shown: str
+) -> None:
+    from gpugap.queue.report import Range, _freed
+
+    clear = low > 0 or high < 0
+    assert _freed(Range(mean=mean, low=low, high=high, clear=clear)) == shown
