@@ -29,6 +29,16 @@ class EndpointLimits(BaseSettings):
     max_uri_bytes: int = Field(
         default=1 << 20, gt=0, description="request line, like http_max_uri_size"
     )
+    max_form_bytes: int = Field(
+        default=16 << 20,
+        gt=0,
+        description="a multipart/form-data body (a query and its parameters as form fields, as "
+        "clickhouse-connect sends them past 4 KiB), read whole; each field's name and value is "
+        "also bounded by MAX_URI_BYTES, like one URL parameter",
+    )
+    max_form_fields: int = Field(
+        default=10_000, gt=0, description="the parts of a multipart/form-data body"
+    )
     max_insert_bytes: int = Field(
         default=4 * GiB,
         gt=0,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
-from gpugap.warehouse.embedded import allowed, auth, body, native, play, policy
+from gpugap.warehouse.embedded import allowed, auth, body, form, native, play, policy
 from gpugap.warehouse.embedded.browser import BrowserGuard
 from gpugap.warehouse.embedded.connection import literal, unliteral
 from gpugap.warehouse.embedded.engine import EngineProcess
@@ -162,7 +162,10 @@ class Endpoint:
         if user.readonly and params.get("readonly") == "0":
             policy.check_setting("readonly", reader=True)
         settings: dict[str, str] = {}
+        multipart = form.is_multipart(request)
         for name, value in params.items():
+            if multipart and name.endswith(form.EXTERNAL_TABLE_SUFFIXES):
+                continue  # an external table's description, as ClickHouse reads it there
             if name and name not in TRANSPORT_PARAMS and not name.startswith("param_"):
                 if self.guarded:
                     policy.check_setting(name, reader=readonly)
@@ -201,23 +204,29 @@ class Endpoint:
         params, headers = request.query, request.headers
         merged = {**(session.settings if session else {}), **settings}
         verify = merged.get("http_native_compression_disable_checksumming_on_decompress", "0")
-        call = Call(
-            readonly=readonly,
-            url_query=params.get("query", ""),
-            stream=body.chunks(
+        if form.is_multipart(request):  # the query and its parameters are the form's
+            sent = await form.read(request, self.limits)
+            url_query, stream, bind = "", form.once(sent.query.encode()), sent.params
+        else:
+            url_query, bind = params.get("query", ""), form.bind_params(params.items())
+            stream = body.chunks(
                 request,
                 limit=self.limits.max_insert_bytes,
                 what="the INSERT's data",
                 timeout_s=self.limits.receive_timeout_s,
                 unframe=params.get("decompress") in _TRUE,
                 verify=verify.strip("'").lower() not in _TRUE,
-            ),
+            )
+        call = Call(
+            readonly=readonly,
+            url_query=url_query,
+            stream=stream,
             # the X-ClickHouse-Database and X-ClickHouse-Format headers win over the
             # parameters (HTTPHandler::processQuery)
             database=headers.get("X-ClickHouse-Database") or params.get("database") or None,
             settings=merged,
             filters={k: unliteral(v) for k, v in merged.items() if k in allowed.FILTERS},
-            params={k[6:]: v for k, v in params.items() if k.startswith("param_")},
+            params=bind,
             default_format=headers.get("X-ClickHouse-Format") or params.get("default_format"),
             revision=native.parse_revision(params.get("client_protocol_version")),
             # the engine's row policies read the role from it (engine_config.ROW_POLICIES)
