@@ -59,13 +59,24 @@ WHERE updated_at = (SELECT max(updated_at) FROM rate_card)
 @dataclass(frozen=True)
 class Movement:
     scope: str  # "workload", "team" or "" (no transfers recorded)
-    gib_per_week: dict[str, float]  # per direction 'from->to'
+    gib_per_week: dict[str, float]  # per direction 'from->to', as measured
     cost_per_week: float | None  # None: some direction has no rate
     src_env: str | None  # the move: where its data is now, where it would go
     dst_env: str | None
     move_per_gib: float | None
-    saved_cost_per_week: float | None
+    saved_cost_per_week: float | None  # the GPU-hours saved at the source cluster's rate
     currency: str
+    #: what the move would send across the boundary: the measured traffic of its scope, all
+    #: directions, assumed to follow the workload and cross src->dst (None: not measured)
+    move_gib_per_week: float | None = None
+    move_cost_per_week: float | None = None  # at move_per_gib; 0 where nothing crosses
+    net_per_week: float | None = None  # saved - move cost; None where either is unknown
+
+    @property
+    def pays(self) -> bool:
+        """A move whose egress costs more than the compute it saves is not proposed; one
+        that cannot be weighed (no transfers recorded, no rate) still is, and says so."""
+        return self.net_per_week is None or self.net_per_week >= 0
 
 
 Flow = dict[str, list[float]]  # direction -> [bytes, cost, unrated transfers]
@@ -147,16 +158,39 @@ def movement(rec: Recommendation, w: HistoryWindow, b: Boundary) -> Movement:
     per_gib = b.rates.get((rec.target.cluster, src, dst)) if src and dst and src != dst else None
     rate = here.get("rate")
     saved = rec.saved_gpu_hours_per_week * rate if rate is not None else None
-    return Movement(scope, gib, cost, src, dst, per_gib, saved, b.currency)
+    move_gib = sum(gib.values()) if scope else None
+    move_cost = None
+    if move_gib is not None and src and dst:
+        move_cost = 0.0 if src == dst else move_gib * per_gib if per_gib is not None else None
+    net = saved - move_cost if saved is not None and move_cost is not None else None
+    return Movement(
+        scope, gib, cost, src, dst, per_gib, saved, b.currency, move_gib, move_cost, net
+    )
 
 
-def annotate(client: Any, w: HistoryWindow, recs: list[Recommendation]) -> list[Recommendation]:
-    """Placement records with their data movement in figures and rationale; others as is."""
+def annotate(
+    client: Any,
+    w: HistoryWindow,
+    recs: list[Recommendation],
+    not_worth: list[Recommendation] | None = None,
+) -> list[Recommendation]:
+    """Placement records with their data movement in figures and rationale; others as is.
+    A move whose egress would cost more than the compute it saves is left out (appended,
+    with its figures, to ``not_worth``): it is not a recommendation, nor in any total."""
     if not any(r.kind == "placement" for r in recs):
         return recs
     b = read(client, w)
-    return [with_movement(r, movement(r, w, b)) if r.kind == "placement" else r
-            for r in recs]  # fmt: skip
+    out = []
+    for r in recs:
+        if r.kind != "placement":
+            out.append(r)
+            continue
+        m = movement(r, w, b)
+        if m.pays:
+            out.append(with_movement(r, m))
+        elif not_worth is not None:
+            not_worth.append(with_movement(r, m))
+    return out
 
 
 def with_movement(rec: Recommendation, m: Movement) -> Recommendation:
@@ -168,6 +202,23 @@ def with_movement(rec: Recommendation, m: Movement) -> Recommendation:
         figures["move_egress_per_gib"] = m.move_per_gib
     if m.saved_cost_per_week is not None:
         figures["saved_cost_per_week"] = round(m.saved_cost_per_week, 2)
+    if m.move_gib_per_week is not None:
+        figures["move_gib_per_week"] = round(m.move_gib_per_week, 3)
+    if m.move_cost_per_week is not None:
+        figures["move_egress_cost_per_week"] = round(m.move_cost_per_week, 2)
+    if m.net_per_week is not None:
+        figures["net_saved_cost_per_week"] = round(m.net_per_week, 2)
+    evidence = rec.evidence.model_copy(update={"figures": figures})
+    text = movement_text(rec, m)
+    rationale = f"{rec.rationale} {text}"[:4096]
+    if not m.pays:
+        rationale = f"Not worth moving: {rationale}"[:4096]
+    return rec.model_copy(update={"evidence": evidence, "rationale": rationale})
+
+
+def movement_text(rec: Recommendation, m: Movement) -> str:
+    """What was measured, then what the move itself would send and cost, each in its own
+    direction, then the net: never the past traffic of one direction at the other's rate."""
     cur = f" {m.currency}" if m.currency else ""
     if m.scope:
         dirs = ", ".join(f"{k} {v:,.1f} GiB" for k, v in sorted(m.gib_per_week.items()))
@@ -177,11 +228,17 @@ def with_movement(rec: Recommendation, m: Movement) -> Recommendation:
     else:
         text = ("Data movement: no transfers recorded for this workload or its team, so the "
                 "data the move would send across the boundary is not measured")  # fmt: skip
-    if m.src_env and m.dst_env and m.src_env != m.dst_env:
+    crosses = m.src_env and m.dst_env and m.src_env != m.dst_env
+    if crosses:
         rate = f"{m.move_per_gib:g}{cur}/GiB" if m.move_per_gib is not None else "no rate"
         text += f"; moved, its data crosses {m.src_env}->{m.dst_env} at {rate}"
+        if m.move_gib_per_week is not None:
+            text += (f": {m.move_gib_per_week:,.1f} GiB a week if that traffic follows it"
+                     + (f", {m.move_cost_per_week:,.2f}{cur}/week of egress"
+                        if m.move_cost_per_week is not None else ", at no known rate"))  # fmt: skip
     if m.saved_cost_per_week is not None:
-        text += f"; the GPU-hours saved are worth {m.saved_cost_per_week:,.2f}{cur}/week"
-    evidence = rec.evidence.model_copy(update={"figures": figures})
-    rationale = f"{rec.rationale} {text}."[:4096]
-    return rec.model_copy(update={"evidence": evidence, "rationale": rationale})
+        text += (f"; the GPU-hours saved are worth {m.saved_cost_per_week:,.2f}{cur}/week at "
+                 f"{rec.target.cluster}'s rate")  # fmt: skip
+    if m.net_per_week is not None and crosses:
+        text += f"; net {m.net_per_week:,.2f}{cur}/week"
+    return text + "."

@@ -145,8 +145,9 @@ def _compute(args: argparse.Namespace) -> int:
         raise ConfigError("--dry-run publishes nothing: drop --out (or --dry-run)")
     kafka = load().kafka
     client = _client(args)
+    not_worth: list[Recommendation] = []  # moves that would cost more egress than they save
     try:
-        w, recs = compute(client, days=args.days)
+        w, recs = compute(client, days=args.days, not_worth=not_worth)
     finally:
         client.close()
     if args.dry_run:
@@ -176,6 +177,17 @@ def _compute(args: argparse.Namespace) -> int:
         print("\n".join(summary_lines(recs, args.top)), file=say)
         print(
             "  gpugap recommend show ID  |  gpugap recommend decide ID accept --by WHO --why ...",
+            file=say,
+        )
+    for r in not_worth:  # not published, not in the total: their egress outweighs the saving
+        from gpugap.warehouse.rows import recommendation_target
+
+        f = r.evidence.figures
+        print(
+            f"  not worth moving: {recommendation_target(r)} to {r.change.to_value}: egress "
+            f"{f.get('move_egress_cost_per_week', 0):,.2f}/week "
+            f"against {f.get('saved_cost_per_week', 0):,.2f}/week saved "
+            f"(net {f.get('net_saved_cost_per_week', 0):,.2f}/week)",
             file=say,
         )
     return 0

@@ -95,8 +95,11 @@ def compute(
     until: datetime | None = None,
     now: datetime | None = None,
     timings: dict[str, float] | None = None,
+    *,
+    not_worth: list[Recommendation] | None = None,
 ) -> tuple[HistoryWindow, list[Recommendation]]:
-    """Every recommender over the last ``days`` of data, ranked by GPU-hours saved."""
+    """Every recommender over the last ``days`` of data, ranked by GPU-hours saved. Moves
+    whose egress would cost more than they save are left out (into ``not_worth``)."""
     now = now or utc_now()
     t = time.perf_counter()
     w = window(client, days, until)
@@ -107,7 +110,7 @@ def compute(
         recs += recommend(client, w, now)
         marks[name] = (time.perf_counter() - t) * 1000
     t = time.perf_counter()
-    ranked = boundary.annotate(client, w, rank(recs))
+    ranked = boundary.annotate(client, w, rank(recs), not_worth)
     marks["boundary"] = (time.perf_counter() - t) * 1000
     t = time.perf_counter()
     ranked = queue_freed.annotate(client, w, ranked)
