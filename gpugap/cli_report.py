@@ -147,7 +147,8 @@ def _report(args: argparse.Namespace) -> int:
         report = build_report(client, since, until, args.by, args.top)
         text = render(report, args.format)
         if args.cost:
-            from gpugap.cost.report import build_cost, render_with
+            from gpugap.cost.render import render_with
+            from gpugap.cost.report import build_cost
 
             text = render_with(text, build_cost(client, since, until, args.top), args.format)
         if args.queue:

@@ -1,6 +1,7 @@
-"""The report's cost section (``gpugap report --cost``): currency, energy and CO2 per workload
-class and cluster beside the GPU-hours, boundary transfers, and the rate card it used, all
-read from the views of migration 008 (as a BI tool would).
+"""The report's cost section (``gpugap report --cost``), built (``render.py`` shows it):
+currency, energy and CO2 per workload class and cluster beside the GPU-hours, egress beside
+compute, boundary transfers, and the rate card it used, all read from the views of migrations
+008 and later (as a BI tool would).
 
 A figure that a missing rate makes unknown is ``None`` ("no rate"), never 0; ``unrated_gpu_h``
 says how many GPU-hours had no rate.
@@ -9,15 +10,12 @@ says how many GPU-hours had no rate.
 # ruff: noqa: S608  (the SQL is assembled from this module's constants only; values are bound)
 from __future__ import annotations
 
-import csv
-import io
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpugap.report.queries import window_parameters
-from gpugap.report.table import Col, cut, table
 from gpugap.warehouse.client import run_query
 
 NO_RATE = "no rate"
@@ -66,7 +64,8 @@ TRANSFERS = (
     "SELECT t.cluster AS cluster, t.from_env AS from_env, t.to_env AS to_env, "
     "count() AS transfers, sum(t.gib) AS gib, multiIf(countIf(NOT t.rated) = 0, 'rated', "
     "countIf(t.rated) = 0, 'no rate', 'partly rated') AS rate_status, "
-    f"{_guarded('t.cost', 'cost')}, {_guarded('t.billed_cost', 'billed_cost')} "
+    f"{_guarded('t.cost', 'cost')}, {_guarded('t.billed_cost', 'billed_cost')}, "
+    "arraySort(groupUniqArray(t.source)) AS sources "
     f"FROM v_transfers AS t WHERE {_TIMES} "
     "GROUP BY cluster, from_env, to_env ORDER BY cluster, from_env, to_env"
 )
@@ -76,6 +75,12 @@ TRANSFER_TEAMS = (
     "ORDER BY gib DESC, team LIMIT {top:UInt32}"
 )
 CARD = "SELECT * FROM v_rate_card_info"
+#: the egress rates of the card in the warehouse (the one v_transfers prices with)
+EGRESS_RATES = (
+    "SELECT cluster, from_env, to_env, per_gib FROM transfer_rate "
+    "WHERE updated_at = (SELECT max(updated_at) FROM rate_card) "
+    "ORDER BY cluster, from_env, to_env"
+)
 RULES = (
     "SELECT cluster, priority, node_pattern, gpu_model, environment, pricing, gpu_hour_rate, "
     "kwh_price, pue, emission_g_per_kwh, mig_share FROM v_rate_card ORDER BY cluster, priority"
@@ -100,6 +105,16 @@ class CostRow(_Model):
     consumed_cost: float | None
     gap_cost: float | None
     unallocated_cost: float | None = None
+    egress_gib: float | None = Field(
+        default=None, description="clusters and totals: GiB moved across the boundary"
+    )
+    egress_cost: float | None = Field(
+        default=None, description="clusters and totals: that egress at the card's rates"
+    )
+    total_cost: float | None = Field(
+        default=None,
+        description="clusters and totals: allocated + unallocated GPU-hours + egress",
+    )
     energy_kwh: float | None = Field(description="measured at the GPUs (before PUE)")
     co2_kg: float | None = Field(description="energy x PUE x the emission factor")
     gap_co2_kg: float | None
@@ -119,6 +134,13 @@ class RateRule(_Model):
     mig_share: float | None
 
 
+class EgressRate(_Model):
+    cluster: str
+    from_env: str
+    to_env: str
+    per_gib: float = Field(description="currency per GiB across the boundary")
+
+
 class RateCardUsed(_Model):
     card_id: str
     name: str
@@ -127,6 +149,7 @@ class RateCardUsed(_Model):
     loaded_at: datetime
     clusters: list[str]
     rules: list[RateRule]
+    egress: list[EgressRate] = Field(default_factory=list)
 
 
 class TransferRow(_Model):
@@ -138,6 +161,11 @@ class TransferRow(_Model):
     rate_status: str
     cost: float | None
     billed_cost: float | None = Field(description="what the bill said, where it says")
+    sources: list[str] = Field(
+        default_factory=list,
+        description="what recorded them (billing_csv, node_exporter...): two on one link count "
+        "the same bytes twice (docs/cost.md)",
+    )
 
 
 class TeamTransfer(_Model):
@@ -214,6 +242,41 @@ def _total(rows: list[CostRow]) -> CostRow:
     )
 
 
+def _moved_data_only(cluster: str) -> CostRow:
+    """A cluster with transfers and no GPU-hours in the window (a bill's own cluster)."""
+    zero = dict.fromkeys(
+        ("allocated_gpu_h", "consumed_gpu_h", "gap_gpu_h", "unallocated_gpu_h",
+         "unrated_gpu_h", "unmetered_gpu_h", "allocated_cost", "consumed_cost", "gap_cost",
+         "unallocated_cost", "energy_kwh", "co2_kg", "gap_co2_kg"),
+        0.0,
+    )  # fmt: skip
+    return CostRow(key=cluster, rate_status="no GPUs", **zero)
+
+
+def _sum_known(values: list[float | None]) -> float | None:
+    """The sum, or None ("no rate") when any part is unknown: a partial sum reads as whole."""
+    known = [v for v in values if v is not None]
+    return None if len(known) < len(values) else round(sum(known), 4)
+
+
+def _with_egress(rows: list[CostRow], transfers: list[TransferRow]) -> list[CostRow]:
+    """Each cluster's egress beside its compute, and its total; a cluster that only moved
+    data (no GPU-hours in the window) gets a row of its own, so the totals hold all of it."""
+    moved: dict[str, list[TransferRow]] = {}
+    for t in transfers:
+        moved.setdefault(t.cluster, []).append(t)
+    known = {r.key for r in rows}
+    rows = rows + [_moved_data_only(c) for c in sorted(set(moved) - known)]
+    out = []
+    for r in rows:
+        own = moved.get(r.key, [])
+        egress_cost = _sum_known([t.cost for t in own])
+        total = _sum_known([r.allocated_cost, r.unallocated_cost, egress_cost])
+        egress = {"egress_gib": round(sum(t.gib for t in own), 4), "egress_cost": egress_cost}
+        out.append(r.model_copy(update={**egress, "total_cost": total}))
+    return out
+
+
 def _aware(t: datetime | None) -> datetime | None:
     if t is None:
         return None
@@ -241,195 +304,31 @@ def build_cost(
             loaded_at=_aware(info["loaded_at"]) or datetime.now(UTC),
             clusters=sorted(info["clusters"]),
             rules=[RateRule(**r) for r in rows(RULES)],
+            egress=[EgressRate(**r) for r in rows(EGRESS_RATES)],
         )
-    by_cluster = [_row(r) for r in rows(BY_CLUSTER)]
+    transfers = [
+        TransferRow(**{**r, "gib": _r(r["gib"]), "cost": _r(r["cost"])}) for r in rows(TRANSFERS)
+    ]
+    by_cluster = _with_egress([_row(r) for r in rows(BY_CLUSTER)], transfers)
+    totals = _total(by_cluster).model_copy(
+        update={
+            "egress_gib": round(sum(r.egress_gib or 0.0 for r in by_cluster), 4),
+            "egress_cost": _sum_known([r.egress_cost for r in by_cluster]),
+            "total_cost": _sum_known([r.total_cost for r in by_cluster]),
+        }
+    )
     return CostReport(
         rate_card=card,
         currency=card.currency if card else None,
         by_class=[_row({**r, "environment": None}) for r in rows(BY_CLASS)],
         by_cluster=by_cluster,
-        totals=_total(by_cluster),
-        transfers=[
-            TransferRow(**{**r, "gib": _r(r["gib"]), "cost": _r(r["cost"])})
-            for r in rows(TRANSFERS)
-        ],
+        totals=totals,
+        transfers=transfers,
         transfers_by_team=[
             TeamTransfer(team=r["team"], gib=_r(r["gib"]) or 0.0, cost=_r(r["cost"]))
             for r in rows(TRANSFER_TEAMS)
         ],
     )
-
-
-# --- rendering ----------------------------------------------------------------------------
-
-
-def _money(v: float | None) -> str:
-    return NO_RATE if v is None else f"{v:,.2f}"
-
-
-def _num(v: float | None, fmt: str = "{:,.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
-def render_table(c: CostReport) -> str:
-    cur = c.currency or "currency"
-    lines = ["", "COST"]
-    if c.rate_card is None:
-        lines.append(
-            "  rate card: none in the warehouse (set GPUGAP_COST_RATE_CARD_FILE, then "
-            "`gpugap cost load`): every cost is 'no rate'"
-        )
-    else:
-        k = c.rate_card
-        label = f'"{k.name}" ' if k.name else ""
-        loaded = k.loaded_at.strftime("%Y-%m-%d %H:%M")
-        clusters = ", ".join(k.clusters) or "none"
-        lines.append(
-            cut(
-                f"  rate card {label}{k.card_id}, {cur}, loaded {loaded}Z; clusters: {clusters}",
-                WIDTH,
-            )
-        )
-        lines.append(cut(f"  from {k.source or '?'}", WIDTH))
-    head = [
-        Col("", max=18),
-        Col("alloc GPU-h", True),
-        Col("gap GPU-h", True),
-        Col(f"alloc {cur}", True),
-        Col(f"used {cur}", True),
-        Col(f"gap {cur}", True),
-        Col("kWh", True),
-        Col("kg CO2", True),
-        Col("gap kgCO2", True),
-    ]
-
-    def cells(r: CostRow) -> list[str]:
-        return [
-            r.key or "(none)",
-            _num(r.allocated_gpu_h),
-            _num(r.gap_gpu_h),
-            _money(r.allocated_cost),
-            _money(r.consumed_cost),
-            _money(r.gap_cost),
-            _num(r.energy_kwh),
-            _num(r.co2_kg),
-            _num(r.gap_co2_kg),
-        ]
-
-    lines += ["", "  By class (allocated GPUs)"]
-    lines += table([Col("class", max=18), *head[1:]], [cells(r) for r in c.by_class])
-    lines += ["", "  By cluster (kWh and CO2 include unallocated GPUs)"]
-    cluster_cols = [
-        Col("cluster", max=18),
-        Col("env"),
-        Col("alloc GPU-h", True),
-        Col("unalloc GPU-h", True),
-        Col(f"alloc {cur}", True),
-        Col(f"gap {cur}", True),
-        Col(f"unalloc {cur}", True),
-        Col("kWh", True),
-        Col("kg CO2", True),
-    ]
-    rows = [
-        [
-            r.key,
-            r.environment or "-",
-            _num(r.allocated_gpu_h),
-            _num(r.unallocated_gpu_h),
-            _money(r.allocated_cost),
-            _money(r.gap_cost),
-            _money(r.unallocated_cost),
-            _num(r.energy_kwh),
-            _num(r.co2_kg),
-        ]
-        for r in [*c.by_cluster, c.totals]
-    ]
-    lines += table(cluster_cols, rows)
-    unrated = [r for r in c.by_cluster if r.rate_status != "rated"]
-    for r in unrated:
-        lines.append(f"  {r.key}: {r.rate_status} for {r.unrated_gpu_h:,.1f} GPU-h")
-    unmetered = c.totals.unmetered_gpu_h
-    if unmetered:
-        lines.append(f"  {unmetered:,.1f} GPU-h without a power reading (MIG slices, gaps)")
-    lines += ["", "  Boundary transfers"]
-    if c.transfers:
-        lines += table(
-            [
-                Col("cluster", max=18),
-                Col("from -> to", max=30),
-                Col("transfers", True),
-                Col("GiB", True),
-                Col(cur, True),
-                Col("billed", True),
-            ],
-            [
-                [
-                    t.cluster,
-                    f"{t.from_env} -> {t.to_env}",
-                    str(t.transfers),
-                    _num(t.gib),
-                    _money(t.cost),
-                    _num(t.billed_cost, "{:,.2f}"),
-                ]
-                for t in c.transfers
-            ],
-        )
-    else:
-        lines.append("  (none)")
-    if c.rate_card is not None and c.rate_card.rules:
-        lines += ["", "  Rate card (first matching node pattern per cluster)"]
-        lines += table(
-            [
-                Col("cluster", max=18),
-                Col("nodes", max=20),
-                Col("model", max=16),
-                Col("pricing"),
-                Col(f"{cur}/GPU-h", True),
-                Col(f"{cur}/kWh", True),
-                Col("PUE", True),
-                Col("gCO2/kWh", True),
-                Col("MIG share", True),
-            ],
-            [
-                [
-                    r.cluster,
-                    r.node_pattern,
-                    r.gpu_model,
-                    r.pricing,
-                    f"{r.gpu_hour_rate:.4f}",
-                    f"{r.kwh_price:.4f}",
-                    f"{r.pue:.2f}",
-                    _num(r.emission_g_per_kwh, "{:.0f}"),
-                    _num(r.mig_share, "{:.3f}"),
-                ]
-                for r in c.rate_card.rules
-            ],
-        )
-    return "\n".join(lines)
-
-
-def render_csv_rows(c: CostReport) -> str:
-    """Long-form rows (section,key,field,value) without a header: appended to the report's."""
-    buf = io.StringIO()
-    out = csv.writer(buf, lineterminator="\n")
-    data = c.model_dump(mode="json")
-    if data["rate_card"]:
-        for k, v in data["rate_card"].items():
-            if k != "rules":
-                out.writerow(["cost_rate_card", "", k, ",".join(v) if isinstance(v, list) else v])
-    for section in ("by_class", "by_cluster"):
-        for r in data[section]:
-            for k, v in r.items():
-                if k != "key":
-                    out.writerow([f"cost_{section}", r["key"], k, NO_RATE if v is None else v])
-    for k, v in data["totals"].items():
-        if k != "key":
-            out.writerow(["cost_totals", "all", k, NO_RATE if v is None else v])
-    for t in data["transfers"]:
-        key = f"{t['cluster']}:{t['from_env']}->{t['to_env']}"
-        for k, v in t.items():
-            out.writerow(["cost_transfers", key, k, "" if v is None else v])
-    return buf.getvalue().rstrip("\n")
 
 
 def extend_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -440,17 +339,3 @@ def extend_schema(schema: dict[str, Any]) -> dict[str, Any]:
     out["properties"] = {**schema["properties"], "cost": {"$ref": "#/$defs/CostReport"}}
     out["required"] = [*schema.get("required", []), "cost"]
     return out
-
-
-def render_with(report_text: str, c: CostReport, fmt: str) -> str:
-    """The report as ``render`` printed it, with the cost section: after the table, as a
-    ``cost`` member of the JSON (``extend_schema``), as ``cost_*`` rows after the CSV's."""
-    if fmt == "json":
-        import json
-
-        doc = json.loads(report_text)
-        doc["cost"] = c.model_dump(mode="json")
-        return json.dumps(doc, indent=2)
-    if fmt == "csv":
-        return report_text + "\n" + render_csv_rows(c)
-    return report_text + "\n" + render_table(c)

@@ -48,6 +48,7 @@ UNITS = {
     "tib": 1 << 40,
 }
 MAX_REPORTED = 100
+DEFAULT_CLUSTER = "default"  # GPUGAP_CLUSTER's when unset
 SOURCE = "billing_csv"
 
 
@@ -68,8 +69,13 @@ def parse_time(text: str) -> datetime:
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
-def _bytes(amount: str, unit: str) -> int:
-    factor = UNITS.get(unit.strip().lower())
+#: what a bill's decimal-looking units mean where it says GB for GiB (``binary_units``)
+BINARY = {"kb": "kib", "mb": "mib", "gb": "gib", "tb": "tib"}
+
+
+def _bytes(amount: str, unit: str, binary: bool = False) -> int:
+    name = unit.strip().lower()
+    factor = UNITS.get(BINARY.get(name, name) if binary else name)
     if factor is None:
         raise ValueError(f"unknown unit {unit!r} (known: {', '.join(UNITS)})")
     value = float(amount)
@@ -116,7 +122,7 @@ def rows(fh: Iterable[str], cfg: TransfersCsvSettings, cluster: str) -> Iterator
                 cluster=where,
                 from_env=src.lower(),
                 to_env=dst.lower(),
-                bytes=_bytes(get("amount") or "", get("unit") or cfg.unit),
+                bytes=_bytes(get("amount") or "", get("unit") or cfg.unit, cfg.binary_units),
                 source=SOURCE,
                 node=get("node"),
                 team=get("team"),
@@ -149,6 +155,14 @@ class TransfersCsv(Producer):
         self.cluster = self.config.cluster or settings.cluster
         self.errors = errors or sys.stderr
         self.imported = self.bad = 0
+        if self.cluster == DEFAULT_CLUSTER and "cluster" not in self.config.columns:
+            # rows land in a cluster no rate card names: imported, and priced at no rate
+            print(
+                f"transfers-csv: rows without a cluster column go to cluster {self.cluster!r}; "
+                "name the cluster the bill is for with --cluster (GPUGAP_TRANSFERS_CLUSTER or "
+                "GPUGAP_CLUSTER), the rate card's name for it, or its egress has no rate",
+                file=self.errors,
+            )
 
     @classmethod
     def default_topic(cls) -> Topic[Any]:

@@ -29,5 +29,17 @@ PLUGIN = Plugin(
         Option(
             "--unit", "unit", "unit of the amount column (bytes, GB, GiB...)", {"metavar": "UNIT"}
         ),
+        Option(
+            "--cluster",
+            "cluster",
+            "rows without a cluster column: this cluster (the rate card's name for it)",
+            {"metavar": "NAME"},
+        ),
+        Option(
+            "--binary-units",
+            "binary_units",
+            "read KB/MB/GB/TB as KiB/MiB/GiB/TiB, as cloud bills mean them",
+            {"action": "store_true"},
+        ),
     ),
 )

@@ -44,6 +44,11 @@ class TransfersCsvSettings(BaseSettings):
     unit: Unit = Field(
         default="bytes", description="unit of the amount where no unit column says (AWS: GiB)"
     )
+    binary_units: bool = Field(
+        default=False,
+        description="read KB, MB, GB, TB as 2^10, 2^20, 2^30, 2^40 bytes: cloud bills write "
+        "'GB' for GiB (AWS's Cost and Usage Report, Azure); else they are 10^3..10^12",
+    )
     columns: dict[str, str] = Field(
         default_factory=dict,
         max_length=32,

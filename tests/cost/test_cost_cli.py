@@ -60,6 +60,36 @@ def test_billing_lines_become_transfers() -> None:
     assert "non-negative" in bad[1].reason
 
 
+def test_a_bills_unit_column_reads_gb_as_the_bill_means_it() -> None:
+    # AWS's Cost and Usage Report says "GB" in pricing/unit for data transfer billed in GiB
+    bill = "id,time,amount,pricing/unit\nu-1,2026-11-02T10:00Z,2,GB\nu-2,2026-11-02T10:00Z,1,TB\n"
+    columns = {"event_id": "id", "amount": "amount", "unit": "pricing/unit"}
+    decimal = list(rows(bill.splitlines(True), cfg(columns=columns), "cloud"))
+    assert [t.bytes for t in decimal] == [2 * 10**9, 10**12]  # type: ignore[union-attr]
+    binary = list(rows(bill.splitlines(True), cfg(columns=columns, binary_units=True), "cloud"))
+    assert [t.bytes for t in binary] == [2 << 30, 1 << 40]  # type: ignore[union-attr]
+
+
+def test_rows_that_would_land_in_the_default_cluster_are_named_before_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPUGAP_CLUSTER", raising=False)
+    monkeypatch.delenv("GPUGAP_TRANSFERS_CLUSTER", raising=False)
+    bill = tmp_path / "bill.csv"
+    bill.write_text("time,bytes\n2026-11-02T10:00Z,100\n")
+    out = tmp_path / "out.jsonl"
+    base = ["produce", "transfers-csv", "--file", str(bill), "--from-env", "cloud",
+            "--to-env", "onprem", "--out", str(out)]  # fmt: skip
+    assert main(base) == 0
+    err = capsys.readouterr().err
+    assert "go to cluster 'default'" in err and "--cluster" in err
+    assert parse_line(out.read_bytes().splitlines()[0])[2].cluster == "default"
+    out.unlink()
+    assert main([*base, "--cluster", "k8s"]) == 0
+    assert "go to cluster" not in capsys.readouterr().err
+    assert parse_line(out.read_bytes().splitlines()[0])[2].cluster == "k8s"
+
+
 def test_rows_without_ids_get_the_same_ids_on_every_import() -> None:
     text = "time,bytes,from,to,team\n2026-11-02T10:00Z,100,cloud,onprem,a\n"
     text += "2026-11-02T10:00Z,100,cloud,onprem,a\n2026-11-02T10:00Z,7,cloud,internet,b\n"
@@ -156,6 +186,8 @@ def test_report_cost(estate_env: ClickHouseSettings, capsys: pytest.CaptureFixtu
     section = out[out.index("\nCOST") :]
     assert "no rate" in section  # lab has no card, and the batch class spans it
     assert "cloud -> onprem" in section
+    assert "egress EUR" in section and "total EUR" in section
+    assert "Egress rates (EUR/GiB across the boundary)" in section
 
     assert main(["report", "--cost", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -175,6 +207,22 @@ def test_report_cost(estate_env: ClickHouseSettings, capsys: pytest.CaptureFixtu
     assert cost["totals"]["allocated_cost"] is None
     assert cost["totals"]["energy_kwh"] is None  # edge's MIG slice: its share is unknown
     assert {(t["to_env"], t["cost"]) for t in cost["transfers"]} >= {("onprem", 0.9)}
+    # egress beside compute per cluster and in the total: cloud sent 10 GiB to onprem at
+    # 0.09 and 2 GiB to the internet at 0.12; lab 1 GiB with no rate
+    cloud = clusters["cloud"]
+    assert cloud["egress_gib"] == pytest.approx(12.0)
+    assert cloud["egress_cost"] == pytest.approx(10 * 0.09 + 2 * 0.12)
+    assert cloud["total_cost"] == pytest.approx(
+        cloud["allocated_cost"] + cloud["unallocated_cost"] + cloud["egress_cost"]
+    )
+    assert hpc["egress_gib"] == 0.0 and hpc["egress_cost"] == 0.0
+    assert clusters["lab"]["egress_cost"] is None and clusters["lab"]["total_cost"] is None
+    assert cost["totals"]["egress_gib"] == pytest.approx(13.0)
+    assert cost["totals"]["egress_cost"] is None  # lab's gigabyte has no rate
+    egress = {(e["cluster"], e["from_env"], e["to_env"]): e["per_gib"]
+              for e in cost["rate_card"]["egress"]}  # fmt: skip
+    assert egress == {("hpc", "onprem", "cloud"): 0.0, ("cloud", "cloud", "onprem"): 0.09,
+                      ("cloud", "cloud", "internet"): 0.12}  # fmt: skip
 
     assert main(["report", "--cost", "--format", "csv"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -198,3 +246,36 @@ def test_cost_show_and_a_bad_card(
     assert main(["cost", "show", "--file", str(bad)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["egress"][0]["per_gib"] == 0.09 and shown["rules"][0]["cluster"] == ""
+
+
+def test_a_link_recorded_by_a_bill_and_by_counters_is_flagged(
+    clickhouse: ClickHouseSettings,
+) -> None:
+    # the same cloud->onprem link from the bill and from node_exporter: both are summed, so
+    # the report says so and which two, rather than showing a doubled figure as measured
+    from gpugap.cost.render import render_table
+    from gpugap.cost.report import build_cost
+    from tests.cost.estate import transfer
+
+    counted = transfer("n1", "cloud", "cloud", "onprem", 10, "vision").model_copy(
+        update={"source": "node_exporter"}
+    )
+
+    async def store() -> None:
+        sink = ClickHouseSink(clickhouse, rate_card=(RateCard.model_validate(CARD), "test"))
+        await sink.start()
+        await sink.write([*transfers(), counted])
+        await sink.close()
+
+    asyncio.run(store())
+    client = connect(clickhouse)
+    try:
+        cost = build_cost(client)
+    finally:
+        client.close()
+    links = {(t.cluster, t.from_env, t.to_env): t for t in cost.transfers}
+    assert links["cloud", "cloud", "onprem"].sources == ["billing_csv", "node_exporter"]
+    assert links["cloud", "cloud", "internet"].sources == ["billing_csv"]
+    text = render_table(cost)
+    assert "cloud cloud -> onprem: recorded by billing_csv and node_exporter" in text
+    assert "cloud cloud -> internet: recorded" not in text
