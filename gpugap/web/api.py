@@ -33,33 +33,28 @@ def _record(rows: Rows) -> dict[str, Any]:
     return {c: queries.epoch(v) for c, v in zip(columns, data[0], strict=True)} if data else {}
 
 
-def _series(rows: Rows, step_h: int) -> tuple[list[int], dict[str, dict[int, float]]]:
-    """(the buckets in order, {column: {bucket: value}}), values as average GPUs."""
-    columns, data = rows
-    times = sorted({queries.epoch(r[0]) for r in data})
-    out: dict[str, dict[int, float]] = {c: {} for c in columns[1:]}
-    for r in data:
-        t = queries.epoch(r[0])
-        for c, v in zip(columns[1:], r[1:], strict=True):
-            if isinstance(v, (int, float)):
-                out[c][t] = out[c].get(t, 0.0) + v / step_h
-    return times, out
+def _bucket_fields(b: queries.Bucket, times: list[int]) -> dict[str, Any]:
+    return {"grain": b.grain, "step_s": b.step_s, "step_h": round(b.step_h, 6),
+            "bucket": b.label, "t": times}  # fmt: skip
 
 
-def shape_timeseries(rows: Rows, f: params.Filters) -> dict[str, Any]:
-    grain, step_h = queries.buckets(f)
-    data = rows[1]
-    times = sorted({queries.epoch(r[0]) for r in data})
+def shape_timeseries(rows: Rows, f: params.Filters | None) -> dict[str, Any]:
+    """Per bucket of the range ``f`` (None: no data in the range, no buckets), in average GPUs:
+    a bucket's GPU-hours over its length. Buckets without rows are 0."""
+    b = queries.buckets(f) if f else queries.Bucket("hour", 3600, 0)
+    times = b.grid(f.until) if f else []
     index = {t: i for i, t in enumerate(times)}
     totals = {k: [0.0] * len(times) for k in ("allocated", "consumed", "gap", "unmeasured")}
     per_group: dict[str, list[float]] = {}
-    for t, g, allocated, consumed, gap, unmeasured in data:
-        i = index[queries.epoch(t)]
+    for t, g, allocated, consumed, gap, unmeasured in rows[1]:
+        i = index.get(queries.epoch(t))
+        if i is None:  # pragma: no cover (the query's buckets are the grid's)
+            continue
         for k, v in (("allocated", allocated), ("consumed", consumed), ("gap", gap),
                      ("unmeasured", unmeasured)):  # fmt: skip
-            totals[k][i] += v / step_h
+            totals[k][i] += v / b.step_h
         name = g or "(none)"
-        per_group.setdefault(name, [0.0] * len(times))[i] += gap / step_h
+        per_group.setdefault(name, [0.0] * len(times))[i] += gap / b.step_h
     ranked = sorted(per_group, key=lambda n: (-sum(per_group[n]), n))
     groups = [(n, per_group[n]) for n in ranked[: queries.MAX_GROUPS]]
     rest = ranked[queries.MAX_GROUPS :]
@@ -67,25 +62,31 @@ def shape_timeseries(rows: Rows, f: params.Filters) -> dict[str, Any]:
         other = [sum(per_group[n][i] for n in rest) for i in range(len(times))]
         groups.append((f"other ({len(rest)})", other))
     return {
-        "grain": grain,
-        "step_h": step_h,
-        "by": f.by,
-        "t": times,
+        **_bucket_fields(b, times),
+        "by": f.by if f else "class",
         **{k: [round(v, 4) for v in vs] for k, vs in totals.items()},
         "groups": [{"name": n, "gap": [round(v, 4) for v in gap]} for n, gap in groups],
     }
 
 
-def shape_unallocated(rows: Rows, f: params.Filters) -> dict[str, Any]:
-    grain, step_h = queries.buckets(f)
-    times, series = _series(rows, step_h)
+def shape_unallocated(rows: Rows, f: params.Filters | None) -> dict[str, Any]:
+    """Like shape_timeseries; the totals in GPU-hours."""
+    b = queries.buckets(f) if f else queries.Bucket("hour", 3600, 0)
+    times = b.grid(f.until) if f else []
+    index = {t: i for i, t in enumerate(times)}
+    series = {k: [0.0] * len(times) for k in ("unallocated", "unattributed")}
+    gpu_h = dict.fromkeys(series, 0.0)
+    for t, unallocated, unattributed in rows[1]:
+        i = index.get(queries.epoch(t))
+        if i is None:  # pragma: no cover (the query's buckets are the grid's)
+            continue
+        for k, v in (("unallocated", unallocated), ("unattributed", unattributed)):
+            series[k][i] += v / b.step_h
+            gpu_h[k] += v
     return {
-        "grain": grain,
-        "step_h": step_h,
-        "t": times,
-        **{k: [round(series[k].get(t, 0.0), 4) for t in times] for k in series},
-        "unallocated_gpu_h": round(sum(v * step_h for v in series["unallocated"].values()), 4),
-        "unattributed_gpu_h": round(sum(v * step_h for v in series["unattributed"].values()), 4),
+        **_bucket_fields(b, times),
+        **{k: [round(v, 4) for v in vs] for k, vs in series.items()},
+        **{f"{k}_gpu_h": round(v, 4) for k, v in gpu_h.items()},
     }
 
 
@@ -145,11 +146,15 @@ async def answer(
     if build is None:
         raise NotFound(name)
     f = params.filters(query, now or datetime.now(UTC))
+    if name in ("timeseries", "unallocated"):
+        # the charts over time: the range less what is before or after the stored data (the
+        # bucket follows what can be drawn: a month over a day of data is that day, hourly)
+        ext = _record(await run(queries.EXTENT))
+        within = queries.within_data(f, ext.get("first_day"), ext.get("latest_minute"))
+        rows = await run(build(within)) if within else ([], [])
+        shape = shape_timeseries if name == "timeseries" else shape_unallocated
+        return shape(rows, within)
     rows = await run(build(f))
-    if name == "timeseries":
-        return shape_timeseries(rows, f)
-    if name == "unallocated":
-        return shape_unallocated(rows, f)
     if name == "summary":
         return shape_summary(rows)
     if name == "padding":

@@ -4,7 +4,8 @@ value is a server-side parameter ({name:Type}). The queries are the Grafana dash
 (deploy/grafana/dashboards/gpugap.json) without its macros.
 
 Totals over a window read whole days from the daily views and the edge hours from the hourly
-ones (as the report does); the charts over time read hourly rows up to 14 days, daily beyond.
+ones (as the report does); the charts over time read per-minute rows (gpu_minutes) up to 6 hours,
+hourly rows up to 14 days, daily beyond: every range draws a line (``buckets``).
 """
 
 # ruff: noqa: S608  (the SQL is assembled from this module's constants only; values are bound)
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpugap.report.queries import window_parameters, windowed
@@ -21,6 +22,7 @@ from gpugap.web.params import AllocationKey, Filters
 
 _T = "DateTime('UTC')"
 BY_COLUMN = {"class": "workload_class", "scheduler": "scheduler", "team": "team"}
+MINUTES_UP_TO = timedelta(hours=6)  # shorter ranges chart per-minute rows (gpu_minutes)
 HOURLY_UP_TO = timedelta(days=14)  # longer ranges chart daily rows
 MAX_POINTS = 200  # buckets per chart at most
 MAX_GROUPS = 8  # groups per stacked chart; the rest are one "other"
@@ -61,34 +63,99 @@ def window(daily: str, hourly: str, cols: str, f: Filters) -> tuple[str, dict[st
     return windowed(daily, hourly, cols, p), {**f.bound(), **p}
 
 
-def buckets(f: Filters) -> tuple[str, int]:
-    """("hour" or "day", the bucket's length in hours): at most MAX_POINTS buckets."""
-    span_h = max(1, int((f.until - f.since).total_seconds() // 3600))
-    if f.until - f.since <= HOURLY_UP_TO:
-        return "hour", max(1, -(-span_h // MAX_POINTS))
-    return "day", 24 * max(1, -(-span_h // (24 * MAX_POINTS)))
+@dataclass(frozen=True)
+class Bucket:
+    """A time chart's bucket: the grain it reads ("minute": gpu_minutes, "hour": the hourly
+    views, "day": the daily views), its length in seconds, and where its first one starts."""
+
+    grain: str
+    step_s: int
+    origin: int  # epoch seconds: the range's start, down to the grain's start
+
+    @property
+    def step_h(self) -> float:
+        return self.step_s / 3600
+
+    @property
+    def label(self) -> str:
+        """How the chart names it: "1-minute", "5-minute", "1-hour", "2-hour", "1-day"."""
+        for unit, s in (("day", 86400), ("hour", 3600), ("minute", 60)):
+            if self.step_s % s == 0:
+                return f"{self.step_s // s}-{unit}"
+        return f"{self.step_s}-second"  # pragma: no cover (every step is whole minutes)
+
+    def grid(self, until: datetime) -> list[int]:
+        """Every bucket's start, from ``origin`` to before ``until`` (epoch seconds)."""
+        end = int(until.timestamp())
+        return list(range(self.origin, end, self.step_s))
+
+
+def buckets(f: Filters) -> Bucket:
+    """The time charts' bucket for the range: per minute up to MINUTES_UP_TO (1 minute, or 5
+    beyond MAX_POINTS minutes), from gpu_minutes; per hour (or a few) up to HOURLY_UP_TO, from
+    the hourly views; per day (or a few) beyond, from the daily views. At most MAX_POINTS."""
+    span = f.until - f.since
+    since = int(f.since.timestamp())
+    if span <= MINUTES_UP_TO:
+        step_min = 1 if span <= timedelta(minutes=MAX_POINTS) else 5
+        return Bucket("minute", 60 * step_min, since - since % 60)
+    span_h = max(1, int(span.total_seconds() // 3600))
+    if span <= HOURLY_UP_TO:
+        return Bucket("hour", 3600 * max(1, -(-span_h // MAX_POINTS)), since - since % 3600)
+    step_d = max(1, -(-span_h // (24 * MAX_POINTS)))
+    return Bucket("day", 86400 * step_d, since - since % 86400)
 
 
 def _series_source(f: Filters) -> tuple[str, str, dict[str, Any]]:
-    grain, step = buckets(f)
-    if grain == "hour":
-        t = "toStartOfInterval(hour, toIntervalHour({step:UInt32}))"
+    """(the bucket's start as a DateTime, the rows' range, its values) for the bucket's grain.
+    Buckets count from the bound origin, so the page's grid (Bucket.grid) is the query's."""
+    b = buckets(f)
+    bucket = (
+        "toDateTime({origin:UInt32} + intDiv(toUInt32(%s) - {origin:UInt32}, {step:UInt32}) "
+        "* {step:UInt32}, 'UTC')"
+    )
+    extra = {"origin": b.origin, "step": b.step_s}
+    if b.grain == "minute":
+        # the hour leads gpu_minutes' key: these read the range's hours only (at most 7)
+        where = (
+            f"toStartOfHour(minute) >= toStartOfHour({{since:{_T}}}) "
+            f"AND toStartOfHour(minute) < {{until:{_T}}} "
+            f"AND minute >= toStartOfMinute({{since:{_T}}}) AND minute < {{until:{_T}}}"
+        )
+        return bucket % "minute", where, extra
+    if b.grain == "hour":
         where = f"hour >= toStartOfHour({{since:{_T}}}) AND hour < {{until:{_T}}}"
-        return t, where, {"step": step}
-    t = "toDateTime(toStartOfInterval(day, toIntervalDay({step:UInt32})), 'UTC')"
+        return bucket % "hour", where, extra
     where = f"day >= toDate({{since:{_T}}}) AND day <= toDate({{until:{_T}}} - 1)"
-    return t, where, {"step": step // 24}
+    return bucket % "toDateTime(day, 'UTC')", where, extra
+
+
+# per minute, the quantities the hourly rollup sums (gpugap.warehouse.rows.ROLLUP) and the views
+# divide by 3600: GPU-hours, so a range's minutes add up to its hours
+_MINUTE_GAP = (
+    "sum(allocated_ms) / 3.6e6 AS allocated, sum(consumed_ms) / 3.6e6 AS consumed, "
+    "(sum(allocated_ms) - sumIf(allocated_ms, no_samples = 1)) / 3.6e6 - sum(consumed_ms) / 3.6e6 "
+    "AS gap, sumIf(allocated_ms, no_samples = 1) / 3.6e6 AS unmeasured"
+)
+_VIEW_GAP = (
+    "sum(allocated_gpu_h) AS allocated, sum(consumed_gpu_h) AS consumed, sum(gap_gpu_h) AS gap, "
+    "sum(unmeasured_gpu_h) AS unmeasured"
+)
 
 
 def timeseries(f: Filters) -> Query:
     """Allocated, consumed and gap per bucket and group (the ``by`` column)."""
     t, where, extra = _series_source(f)
-    view = "v_capacity_gap" if buckets(f)[0] == "hour" else "v_capacity_gap_daily"
+    grain = buckets(f).grain
     key = BY_COLUMN[f.by]  # a fixed column name, chosen by a validated value
+    if grain == "minute":
+        source, sums = "gpu_minutes FINAL", _MINUTE_GAP
+        where += " AND allocation_id != ''"
+    else:
+        source = "v_capacity_gap" if grain == "hour" else "v_capacity_gap_daily"
+        sums = _VIEW_GAP
     sql = (
-        f"SELECT {t} AS t, {key} AS g, sum(allocated_gpu_h) AS allocated, "
-        "sum(consumed_gpu_h) AS consumed, sum(gap_gpu_h) AS gap, "
-        f"sum(unmeasured_gpu_h) AS unmeasured FROM {view} WHERE {where} AND {FILTER} "
+        f"SELECT {t} AS t, {key} AS g, {sums} FROM {source} WHERE {where} AND {FILTER} "
         "GROUP BY t, g ORDER BY t, g"
     )
     return bind(sql, {**f.bound(), **extra})
@@ -97,13 +164,28 @@ def timeseries(f: Filters) -> Query:
 def unallocated(f: Filters) -> Query:
     """Capacity nobody held, and use on it, per bucket (the cluster filter only)."""
     t, where, extra = _series_source(f)
-    view = "v_unallocated_hourly" if buckets(f)[0] == "hour" else "v_unallocated"
-    sql = (
-        f"SELECT {t} AS t, sum(unallocated_gpu_h) AS unallocated, "
-        f"sum(unattributed_gpu_h) AS unattributed FROM {view} WHERE {where} AND {CLUSTER} "
-        "GROUP BY t ORDER BY t"
-    )
+    grain = buckets(f).grain
+    if grain == "minute":
+        source = "gpu_minutes FINAL"
+        sums = (
+            "sum(unallocated_ms) / 3.6e6 AS unallocated, sum(consumed_ms) / 3.6e6 AS unattributed"
+        )
+        where += " AND allocation_id = ''"
+    else:
+        source = "v_unallocated_hourly" if grain == "hour" else "v_unallocated"
+        sums = "sum(unallocated_gpu_h) AS unallocated, sum(unattributed_gpu_h) AS unattributed"
+    sql = f"SELECT {t} AS t, {sums} FROM {source} WHERE {where} AND {CLUSTER} GROUP BY t ORDER BY t"
     return bind(sql, {**f.bound(), **extra})
+
+
+def within_data(f: Filters, first: int | None, latest: int | None) -> Filters | None:
+    """The range less what lies before the first stored day or after the latest stored minute
+    (the time charts' x axis and bucket); None where the range holds no data at all."""
+    if not first or not latest:
+        return None
+    since = max(f.since, datetime.fromtimestamp(first, UTC))
+    until = min(f.until, datetime.fromtimestamp(latest + 60, UTC))
+    return replace(f, since=since, until=until) if since < until else None
 
 
 def summary(f: Filters) -> Query:
@@ -258,7 +340,7 @@ FILTERED: dict[str, Callable[[Filters], Query]] = {
 
 def epoch(value: Any) -> Any:
     """JSON for one value: times as epoch seconds (UTC), floats rounded, the rest as is."""
-    from datetime import date, datetime
+    from datetime import date
 
     if isinstance(value, datetime):
         v = value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -67,10 +67,10 @@ def test_good_parameters_become_bound_values_never_sql() -> None:
 
 def test_long_ranges_chart_daily_rows_in_few_buckets() -> None:
     week = params.filters(q(to=7 * 86400, **{"from": 0}), NOW)
-    assert queries.buckets(week) == ("hour", 1)
+    assert (queries.buckets(week).grain, queries.buckets(week).step_s) == ("hour", 3600)
     year = params.filters(q(to=365 * 86400, **{"from": 0}), NOW)
-    grain, step = queries.buckets(year)
-    assert grain == "day" and 365 * 24 / step <= queries.MAX_POINTS
+    b = queries.buckets(year)
+    assert b.grain == "day" and 365 * 86400 / b.step_s <= queries.MAX_POINTS
 
 
 def test_the_page_queries_as_the_read_only_user() -> None:
@@ -122,3 +122,68 @@ def test_the_server_answers_only_what_it_should(
     assert extent["latest"] > extent["first"] > 0
     options = requests.get(page_url + "api/options", timeout=10).json()
     assert options["clusters"] and options["teams"] and options["classes"]
+
+
+def span(seconds: int) -> params.Filters:
+    return params.filters(
+        q(to=int(NOW.timestamp()), **{"from": int(NOW.timestamp()) - seconds}), NOW
+    )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "grain", "step_s", "source"),
+    [
+        (3600, "minute", 60, "gpu_minutes"),  # the last hour: 60 one-minute buckets
+        (3 * 3600, "minute", 60, "gpu_minutes"),
+        (6 * 3600, "minute", 300, "gpu_minutes"),
+        (6 * 3600 + 60, "hour", 3600, "v_capacity_gap"),
+        (86400, "hour", 3600, "v_capacity_gap"),
+        (7 * 86400, "hour", 3600, "v_capacity_gap"),
+        (14 * 86400, "hour", 7200, "v_capacity_gap"),
+        (30 * 86400, "day", 86400, "v_capacity_gap_daily"),
+        (400 * 86400, "day", 2 * 86400, "v_capacity_gap_daily"),
+    ],
+)
+def test_the_time_charts_bucket_follows_the_range(
+    seconds: int, grain: str, step_s: int, source: str
+) -> None:
+    f = span(seconds)
+    b = queries.buckets(f)
+    assert (b.grain, b.step_s) == (grain, step_s)
+    assert 1 < -(-seconds // b.step_s) <= queries.MAX_POINTS
+    assert f" FROM {source} " in queries.timeseries(f).sql
+    free = queries.unallocated(f).sql
+    assert (" FROM gpu_minutes " in free) == (grain == "minute")
+    if grain == "minute":  # per-minute rows only over a few hours, read by the key's first column
+        for sql in (queries.timeseries(f).sql, free):
+            assert "toStartOfHour(minute) >= toStartOfHour({since:" in sql
+            assert "toStartOfHour(minute) < {until:" in sql
+
+
+def test_the_last_hour_is_sixty_minutes_that_add_up_to_the_hour(
+    page_url: str, demo_warehouse: DemoWarehouse
+) -> None:
+    latest = requests.get(page_url + "api/extent", timeout=10).json()["latest"]
+    end = -(-(latest + 60) // 3600) * 3600
+    hour = {"from": end - 3600, "to": end}
+    ts = requests.get(page_url + "api/timeseries", params=hour, timeout=30).json()
+    free = requests.get(page_url + "api/unallocated", params=hour, timeout=30).json()
+    for body in (ts, free):
+        assert (body["grain"], body["step_s"]) == ("minute", 60)
+        assert body["t"] == list(range(end - 3600, end, 60))
+        assert "minute" in body["bucket"]
+    want = demo_warehouse.rows(
+        "SELECT sum(allocated_gpu_h), sum(consumed_gpu_h), sum(gap_gpu_h), sum(unmeasured_gpu_h) "
+        "FROM v_capacity_gap WHERE hour = toDateTime({h:UInt32}, 'UTC')",
+        h=end - 3600,
+    )[0]
+    got = [sum(ts[k]) / 60 for k in ("allocated", "consumed", "gap", "unmeasured")]
+    assert got == pytest.approx([float(v) for v in want], rel=1e-3, abs=1e-3)
+    assert sum(sum(g["gap"]) for g in ts["groups"]) / 60 == pytest.approx(float(want[2]), abs=1e-3)
+    free_want = demo_warehouse.one(
+        "SELECT sum(unallocated_gpu_h) FROM v_unallocated_hourly "
+        "WHERE hour = toDateTime({h:UInt32}, 'UTC')",
+        h=end - 3600,
+    )
+    assert free["unallocated_gpu_h"] == pytest.approx(float(free_want), rel=1e-3, abs=1e-3)
+    assert sum(free["unallocated"]) / 60 == pytest.approx(float(free_want), rel=1e-3, abs=1e-3)

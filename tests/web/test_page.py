@@ -3,6 +3,7 @@ it shows are the views' (each compared with a direct SQL query), through every f
 
 from __future__ import annotations
 
+import calendar
 import time
 from typing import Any
 
@@ -272,3 +273,67 @@ def test_now_tables_and_padding_are_the_views(tab: Tab, demo_warehouse: DemoWare
     )[0]  # fmt: skip
     assert tab.value("sum-unallocated") == pytest.approx(float(free[0] or 0), rel=1e-6, abs=1e-3)
     assert tab.value("sum-unattributed") == pytest.approx(float(free[1] or 0), rel=1e-6, abs=1e-3)
+
+
+# what the page's Chart.js charts hold (Chart.getChart: the library's own record of a canvas)
+CHART_DATA = """(id) => { const c = Chart.getChart(document.getElementById(id));
+  return { labels: c.data.labels, x: c.options.scales.x.title.text || '',
+    datasets: c.data.datasets.map((d) => ({ label: d.label, stack: d.stack || '',
+      data: d.data })) }; }"""
+HOUR_FIGURES = """
+SELECT
+  (SELECT sum(allocated_gpu_h) FROM v_capacity_gap WHERE hour = toDateTime({h:UInt32}, 'UTC')),
+  (SELECT sum(consumed_gpu_h) FROM v_capacity_gap WHERE hour = toDateTime({h:UInt32}, 'UTC')),
+  (SELECT sum(gap_gpu_h) FROM v_capacity_gap WHERE hour = toDateTime({h:UInt32}, 'UTC')),
+  (SELECT sum(unallocated_gpu_h) FROM v_unallocated_hourly
+   WHERE hour = toDateTime({h:UInt32}, 'UTC'))
+"""
+
+
+def bucket_s(labels: list[str]) -> int:
+    """The bucket's length, from the chart's own x labels ("YYYY-MM-DD HH:MM", UTC)."""
+    t = [calendar.timegm(time.strptime(x, "%Y-%m-%d %H:%M")) for x in labels[:2]]
+    return int(t[1] - t[0])
+
+
+@pytest.mark.parametrize(("hours", "bucket"), [(1, "minute"), (24, "hour"), (30 * 24, "")])
+def test_every_range_draws_lines_and_says_its_bucket(
+    tab: Tab, demo_warehouse: DemoWarehouse, hours: int, bucket: str
+) -> None:
+    """Over the last hour, day and 30 days each time chart draws a line of several buckets (the
+    last hour per minute, not one hourly point), and its x axis says which bucket."""
+    tab.open()
+    _, end = tab.window()
+    tab.open(f"?preset=custom&from={end - hours * 3600}&to={end}")
+    assert tab.window() == (end - hours * 3600, end)
+    charts = {c: tab.page.evaluate(CHART_DATA, c) for c in ("chart-time", "chart-free")}
+    for chart_id, chart in charts.items():
+        assert len(chart["labels"]) > 1, f"{chart_id}: {len(chart['labels'])} bucket(s)"
+        lines = [d for d in chart["datasets"] if d["label"] in
+                 ("allocated", "consumed", "unallocated")]  # fmt: skip
+        assert lines, chart_id
+        for d in lines:
+            drawn = [v for v in d["data"] if v is not None]
+            assert len(drawn) > 1, f"{chart_id} {d['label']}: {len(drawn)} point(s)"
+        step = bucket_s(chart["labels"])
+        assert "bucket" in chart["x"] and bucket in chart["x"], chart["x"]
+        assert len(chart["labels"]) <= max(hours * 3600 // step, 1) + 1
+    if hours == 1:
+        # one-minute buckets, and they add up to the hour's GPU-hours in the hourly views
+        ts, free = charts["chart-time"], charts["chart-free"]
+        step_h = bucket_s(ts["labels"]) / 3600
+        assert step_h == 1 / 60 and len(ts["labels"]) == 60
+        want = [float(v or 0) for v in demo_warehouse.rows(HOUR_FIGURES, h=end - 3600)[0]]
+        assert want[0] > 0 and want[3] > 0, "the demo's last hour is empty"
+
+        def total(chart: dict[str, Any], pick: Any) -> float:
+            return step_h * sum(v or 0 for d in chart["datasets"] if pick(d) for v in d["data"])
+
+        got = [
+            total(ts, lambda d: d["label"] == "allocated"),
+            total(ts, lambda d: d["label"] == "consumed"),
+            total(ts, lambda d: d["stack"] == "gap"),
+            total(free, lambda d: d["label"] == "unallocated"),
+        ]
+        assert got == pytest.approx(want, rel=1e-3, abs=1e-3)
+    assert tab.errors == []

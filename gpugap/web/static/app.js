@@ -122,10 +122,15 @@ function draw(id, config) {
   charts[id] = new window.Chart($(id), config);
 }
 
-const axes = (stacked, title) => ({
-  x: { stacked, ticks: { maxTicksLimit: 12, autoSkip: true } },
+const axes = (stacked, title, xTitle) => ({
+  x: { stacked, ticks: { maxTicksLimit: 12, autoSkip: true },
+    title: { display: !!xTitle, text: xTitle } },
   y: { stacked, beginAtZero: true, title: { display: !!title, text: title } },
 });
+// the time charts' bucket, as the API chose it from the range (per minute over a few hours,
+// per hour up to two weeks, per day beyond): said on the x axis
+const bucketTitle = (series) => `UTC · ${series.bucket} buckets`;
+const yTitle = (series) => `average GPUs per ${series.bucket.replace(/^1-/, "")} bucket`;
 
 function drawTime(ts) {
   const line = (label, data, color, stack) => ({
@@ -139,7 +144,8 @@ function drawTime(ts) {
     borderWidth: 1, order: 1,
   }));
   draw("chart-time", { type: "line", data: { labels: ts.t.map(fmtTime), datasets },
-    options: { scales: axes(true, "GPUs") } });
+    options: { scales: axes(true, yTitle(ts), bucketTitle(ts)),
+      elements: { point: { radius: ts.t.length < 3 ? 3 : 0 }, line: { borderWidth: 2 } } } });
 }
 
 function drawSplit(split) {
@@ -167,7 +173,8 @@ function drawFree(free) {
       backgroundColor: "#7f7f7f55", fill: "origin" },
     { label: "unattributed use", data: free.unattributed, borderColor: "#d62728",
       backgroundColor: "#d62728" },
-  ] }, options: { scales: axes(false, "GPUs") } });
+  ] }, options: { scales: axes(false, yTitle(free), bucketTitle(free)),
+    elements: { point: { radius: free.t.length < 3 ? 3 : 0 }, line: { borderWidth: 2 } } } });
 }
 
 function drawPadding(rows) {
