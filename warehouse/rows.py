@@ -115,7 +115,10 @@ DEAD_LETTER_COLUMNS = [
 ]
 
 # idle minutes by the threshold the stream stamped on the minute (its policy), else, for rows
-# from before, by the class's in idle_policy (the stream's, from GPUGAP_IDLE_*)
+# from before, by the class's in idle_policy (the stream's, from GPUGAP_IDLE_*); and only a
+# minute the allocation held whole, as the stream's alerts count them: a pod bound at 01:11:03
+# has no idle minute 01:11 (its 57 s are allocated, measured and consumed as they were)
+WHOLE_MINUTE_HELD = "m.allocated_ms >= 60000 * if(m.gpu_share > 0, m.gpu_share, 1) - 1"
 ROLLUP = """
 INSERT INTO gpu_hours (hour, cluster, node, gpu_uuid, allocation_id, scheduler,
     workload_class, owner, team, gang_id, allocated_s, unmeasured_s, unallocated_s,
@@ -125,11 +128,11 @@ SELECT toStartOfHour(m.minute) AS hour, m.cluster, m.node, m.gpu_uuid, m.allocat
     any(m.scheduler), any(m.workload_class), any(m.owner), any(m.team), any(m.gang_id),
     sum(m.allocated_ms) / 1000, sumIf(m.allocated_ms, m.no_samples = 1) / 1000,
     sum(m.unallocated_ms) / 1000, sum(m.consumed_ms) / 1000, count(),
-    countIf(m.allocated_ms > 0 AND m.no_samples = 0
+    countIf(WHOLE_MINUTE_HELD AND m.no_samples = 0
         AND m.consumed_ms < if(m.idle_after_minutes > 0, m.idle_threshold_bp / 10000,
             p.threshold) * m.allocated_ms) AS idle,
     -- an idle minute counts the share of a GPU its row held (rows before shares: whole)
-    sumIf(60 * if(m.gpu_share > 0, m.gpu_share, 1), m.allocated_ms > 0 AND m.no_samples = 0
+    sumIf(60 * if(m.gpu_share > 0, m.gpu_share, 1), WHOLE_MINUTE_HELD AND m.no_samples = 0
         AND m.consumed_ms < if(m.idle_after_minutes > 0, m.idle_threshold_bp / 10000,
             p.threshold) * m.allocated_ms),
     max(m.activity_max_bp) / 10000, max(m.memory_used_mib),
@@ -141,7 +144,7 @@ FROM (
 LEFT JOIN (SELECT workload_class, threshold FROM idle_policy FINAL) AS p
     ON p.workload_class = m.workload_class
 GROUP BY hour, m.cluster, m.node, m.gpu_uuid, m.allocation_id
-"""
+""".replace("WHOLE_MINUTE_HELD", WHOLE_MINUTE_HELD)
 
 
 DAILY = """

@@ -124,8 +124,10 @@ FROM (
         arraySort(groupArrayIf(toUInt32(toUnixTimestamp(minute) / 60), all_idle)) AS idle
     FROM (
         SELECT cluster, allocation_id, minute,
+            -- idle: below the threshold for a minute held whole (warehouse.rows.ROLLUP)
             min(consumed_ms < if(idle_threshold_bp > 0, idle_threshold_bp / 10000,
-                class_threshold) * allocated_ms) AS all_idle
+                class_threshold) * allocated_ms
+                AND allocated_ms >= 60000 * if(gpu_share > 0, gpu_share, 1) - 1) AS all_idle
         FROM gpu_minutes
         WHERE toStartOfHour(minute) >= toStartOfHour({_W}) AND minute >= {_W}
             AND minute < {_U} AND allocation_id IN (SELECT allocation_id FROM candidates)

@@ -266,6 +266,38 @@ def test_rollups_and_v_idle_now_judge_by_the_policy_stamped_on_each_minute(
         c.close()
 
 
+def test_an_idle_minute_counts_only_when_the_allocation_held_it_whole(
+    clickhouse: ClickHouseSettings,
+) -> None:
+    """A pod bound at 10:00:03 holds 57 s of minute 10:00: allocated, measured and consumed
+    as they were, but not an idle minute (the alerts and docs/architecture.md count whole
+    minutes); 10:01 and 10:02, held whole and as idle, are. The rollup once gave 10:00 60 idle
+    seconds."""
+    bound = minute(0, 0, "slurm/c/9", 0.0).model_copy(update={"allocated_s": 57.0})
+    rows = [bound, minute(0, 1, "slurm/c/9", 0.0), minute(0, 2, "slurm/c/9", 0.6)]
+
+    async def store() -> None:
+        sink = ClickHouseSink(clickhouse)
+        await sink.start()
+        await sink.write(rows)
+        await sink.close()
+
+    asyncio.run(store())
+    c = connect(clickhouse)
+    try:
+        got = c.query(
+            "SELECT sum(allocated_s), sum(idle_minutes), sum(idle_s) FROM gpu_hours FINAL "
+            "WHERE allocation_id = 'slurm/c/9'"
+        ).result_rows
+        assert got == [(177.0, 2, 120.0)]
+        gap = c.query(
+            "SELECT idle_gpu_h FROM v_capacity_gap_daily WHERE allocation_id = 'slurm/c/9'"
+        ).result_rows
+        assert gap == [(pytest.approx(2 / 60),)]
+    finally:
+        c.close()
+
+
 def test_deliveries_are_the_audit_trail_per_alert_and_target(
     clickhouse: ClickHouseSettings,
 ) -> None:
