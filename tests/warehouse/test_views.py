@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,18 @@ def alert(alert_id: str, state: str, minutes: int) -> Alert:
         idle_minutes=minutes,
         idle_gpu_hours=minutes / 60,
     )
+
+
+def store(clickhouse: ClickHouseSettings, rows: list[Record], **sink: Any) -> None:
+    """Write ``rows`` through the sink (which rolls them up), as a deployment does."""
+
+    async def write() -> None:
+        out = ClickHouseSink(clickhouse, **sink)
+        await out.start()
+        await out.write(rows)
+        await out.close()
+
+    asyncio.run(write())
 
 
 def records() -> list[Record]:
@@ -198,15 +211,11 @@ def test_the_idle_policy_the_sink_writes_is_the_one_rollups_and_v_idle_now_use(
 ) -> None:
     """Before, the rollup and v_idle_now said 0.05 in their SQL whatever the stream used."""
 
-    async def store() -> None:
-        sink = ClickHouseSink(
-            clickhouse, idle_policy={"": (0.05, 10), "batch": (0.6, 5), "service": (0.05, 10)}
-        )
-        await sink.start()
-        await sink.write(records())
-        await sink.close()
-
-    asyncio.run(store())
+    store(
+        clickhouse,
+        records(),
+        idle_policy={"": (0.05, 10), "batch": (0.6, 5), "service": (0.05, 10)},
+    )
     c = connect(clickhouse)
     try:
         idle = c.query(
@@ -240,13 +249,7 @@ def test_rollups_and_v_idle_now_judge_by_the_policy_stamped_on_each_minute(
         for r in records()
     ]  # fmt: skip
 
-    async def store() -> None:
-        sink = ClickHouseSink(clickhouse)
-        await sink.start()
-        await sink.write(rows)
-        await sink.close()
-
-    asyncio.run(store())
+    store(clickhouse, rows)
     c = connect(clickhouse)
     try:
         idle = c.query(
@@ -276,13 +279,7 @@ def test_an_idle_minute_counts_only_when_the_allocation_held_it_whole(
     bound = minute(0, 0, "slurm/c/9", 0.0).model_copy(update={"allocated_s": 57.0})
     rows = [bound, minute(0, 1, "slurm/c/9", 0.0), minute(0, 2, "slurm/c/9", 0.6)]
 
-    async def store() -> None:
-        sink = ClickHouseSink(clickhouse)
-        await sink.start()
-        await sink.write(rows)
-        await sink.close()
-
-    asyncio.run(store())
+    store(clickhouse, rows)
     c = connect(clickhouse)
     try:
         got = c.query(
@@ -325,13 +322,7 @@ def test_deliveries_are_the_audit_trail_per_alert_and_target(
         sent(opened, "email", "refused", 10, 550, detail="mailbox unavailable"),
     ]
 
-    async def store() -> None:
-        sink = ClickHouseSink(clickhouse)
-        await sink.start()
-        await sink.write(rows)
-        await sink.close()
-
-    asyncio.run(store())
+    store(clickhouse, rows)
     c = connect(clickhouse)
     try:
         got = c.query(
