@@ -12,6 +12,12 @@ sends them.
   alert still active (from the delivery ledger and this run) is re-sent every interval, so
   an alert that nobody re-sends any more (gpugap stopped for good) expires by itself, and a
   restarted target re-sends what it had delivered without waiting for a new record.
+- **A resolve outlives a hung Alertmanager.** A POST of an active state that got no answer
+  (timed out, connection dropped) may still be handled later, after the resolve, and
+  Alertmanager's merge keeps its later endsAt: the alert would fire again and end at the
+  wrong time. So an accepted resolve of an alert with such a POST behind it is re-posted,
+  the same object (the same endsAt), every few seconds until that POST's endsAt has passed
+  (4 intervals and the timeout after it); the active state is never re-sent after a resolve.
 - **Untrusted text stays data.** Owners, teams and node names come from Kubernetes and
   Slurm: they go into JSON values only (cut at 1,000 characters per label), never into a
   URL or a header. The bearer token is sent in ``Authorization`` and never logged.
@@ -56,6 +62,12 @@ MAX_NAME = 200
 MAX_NODES = 20
 #: alerts per POST when re-sending
 RESEND_CHUNK = 200
+#: at most this many alerts tracked for an unanswered POST, and as many resolves re-posted
+#: (the oldest are forgotten first)
+MAX_TRACKED = 10_000
+#: the longest wait between re-posts of a resolve (shorter than a re-send interval: the
+#: alert fires again from when a stale POST is handled until the next re-post)
+REPOST_S = 5.0
 #: statuses worth retrying: Alertmanager (or a proxy before it) is overloaded or timed out
 RETRIABLE_STATUS = frozenset({408, 425, 429})
 #: the warehouse view the evidence query names (warehouse/migrations/*_views.sql)
@@ -85,6 +97,11 @@ def _shown(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
+def _key(obj: dict[str, Any]) -> str:
+    """What Alertmanager tells an alert by: its labels."""
+    return json.dumps(obj["labels"], sort_keys=True)
+
+
 def _gpu_hours(h: float) -> str:
     return f"{h:.2f}" if h < 10 else f"{h:.1f}"
 
@@ -97,6 +114,18 @@ class _Answer:
     accepted: bool
     problem: str = ""
     retriable: bool = False
+    #: no answer, but the request may have reached Alertmanager (and be handled later)
+    pending: bool = False
+
+
+@dataclass
+class _Ended:
+    """An accepted resolve (or the end of an alert's old labels) re-posted as it was until
+    an unanswered POST of the active state can no longer be handled after it."""
+
+    obj: dict[str, Any]  # the postable alert, its endsAt fixed
+    until: float  # loop time: re-post no more after this
+    due: float  # loop time of the next re-post
 
 
 class AlertmanagerTarget(AlertTarget):
@@ -137,6 +166,10 @@ class AlertmanagerTarget(AlertTarget):
         self._session: aiohttp.ClientSession | None = None
         #: alert id -> loop time it was last accepted (delivered or re-sent)
         self._sent_at: dict[str, float] = {}
+        #: alert id -> loop time its active state last went unanswered (may be handled later)
+        self._unanswered: dict[str, float] = {}
+        #: (alert id, labels) -> an accepted end re-posted while a stale POST may come after it
+        self._ended: dict[tuple[str, str], _Ended] = {}
         self._next_check = 0.0
         self.resent = 0
 
@@ -180,18 +213,62 @@ class AlertmanagerTarget(AlertTarget):
         super()._remember(d)
         if d.state is AlertState.RESOLVED:
             self._sent_at.pop(d.alert_id, None)
+            self._unanswered.pop(d.alert_id, None)  # kept in _ended when it was accepted
 
     # --- sending --------------------------------------------------------------------------
 
     async def send(self, alert: Alert) -> int | None:
+        aid = alert.alert_id
         payload = [self.alert_object(alert)]
-        prev = self.active.get(alert.alert_id)
+        resolve = alert.state is AlertState.RESOLVED
+        prev = self.active.get(aid)
         if prev is not None and self.labels(prev) != payload[0]["labels"]:
             # labels changed (a new owner, say): Alertmanager sees another alert; end the old
             payload.append(self.alert_object(prev, ended=True))
-        code = await self._post(payload, f"alert {alert.alert_id} ({alert.state.value})")
-        self._sent_at[alert.alert_id] = asyncio.get_running_loop().time()
+        code = await self._post(
+            payload, f"alert {aid} ({alert.state.value})", () if resolve else (aid,)
+        )
+        now = asyncio.get_running_loop().time()
+        self._sent_at[aid] = now
+        if not resolve:  # this state is the truth now, not an end sent before it
+            self._ended.pop((aid, _key(payload[0])), None)
+        since = self._unanswered.get(aid)
+        if since is not None:
+            # an active state sent before may still be handled after these ends: re-post them
+            ends = payload if resolve else payload[1:]
+            for obj in ends:
+                self._keep_ended(aid, obj, since, now)
         return code
+
+    def _keep_ended(self, aid: str, obj: dict[str, Any], since: float, now: float) -> None:
+        """Re-post ``obj`` (an end) until a POST left unanswered at ``since`` is over."""
+        until = since + 4 * self.config.resend_interval_s + self.config.timeout_s
+        key = (aid, _key(obj))
+        self._ended.pop(key, None)  # re-inserted: the dict stays oldest first
+        while len(self._ended) >= MAX_TRACKED:
+            oldest = next(iter(self._ended))
+            del self._ended[oldest]
+            log.warning(
+                "alertmanager: more than %d resolves to re-post; no longer re-posting that of "
+                "alert %s (Alertmanager may keep a later end for it)",
+                MAX_TRACKED,
+                oldest[0],
+            )
+        # first soon: a stale POST is most likely handled as Alertmanager comes back
+        first = min(1.0, self._repost_s / 4)
+        self._ended[key] = _Ended(obj, until, now + first)
+
+    @property
+    def _repost_s(self) -> float:
+        return min(self.config.resend_interval_s, REPOST_S)
+
+    def _note_unanswered(self, ids: Sequence[str]) -> None:
+        now = asyncio.get_running_loop().time()
+        for aid in ids:
+            self._unanswered.pop(aid, None)  # re-inserted: oldest first
+            self._unanswered[aid] = now
+        while len(self._unanswered) > MAX_TRACKED:
+            del self._unanswered[next(iter(self._unanswered))]
 
     async def write(self, batch: Sequence[Record]) -> None:
         await super().write(batch)
@@ -210,6 +287,12 @@ class AlertmanagerTarget(AlertTarget):
         if now < self._next_check or self._session is None:
             return
         self._next_check = now + min(1.0, interval / 4)
+        # forget unanswered POSTs whose endsAt has passed: handled now, they end at once
+        horizon = now - 4 * interval - self.config.timeout_s
+        while self._unanswered and next(iter(self._unanswered.values())) < horizon:
+            del self._unanswered[next(iter(self._unanswered))]
+        if not await self._repost_ended(now):
+            return
         due = [
             a
             for aid, a in self.active.items()
@@ -219,7 +302,9 @@ class AlertmanagerTarget(AlertTarget):
             chunk = due[i : i + RESEND_CHUNK]
             try:
                 await self._post(
-                    [self.alert_object(a) for a in chunk], f"re-send of {len(chunk)} alert(s)"
+                    [self.alert_object(a) for a in chunk],
+                    f"re-send of {len(chunk)} alert(s)",
+                    [a.alert_id for a in chunk],
                 )
             except (RetriableError, Refused) as exc:
                 log.warning(
@@ -234,13 +319,39 @@ class AlertmanagerTarget(AlertTarget):
             self.resent += len(chunk)
             log.debug("alertmanager: re-sent %d active alert(s)", len(chunk))
 
-    async def _post(self, payload: list[dict[str, Any]], what: str) -> int | None:
+    async def _repost_ended(self, now: float) -> bool:
+        """Re-post the ends that are due (never raises); False when that failed."""
+        loop = asyncio.get_running_loop()
+        for key in [k for k, e in self._ended.items() if e.until < now]:
+            del self._ended[key]
+        due = [(k, e) for k, e in self._ended.items() if e.due <= now]
+        for i in range(0, len(due), RESEND_CHUNK):
+            chunk = due[i : i + RESEND_CHUNK]
+            try:
+                await self._post([e.obj for _, e in chunk], f"re-post of {len(chunk)} resolve(s)")
+            except (RetriableError, Refused) as exc:
+                log.warning(
+                    "alertmanager: re-post of %d resolved alert(s) failed: %s", len(chunk), exc
+                )
+                self._next_check = loop.time() + self._repost_s
+                return False
+            for _, e in chunk:
+                e.due = loop.time() + self._repost_s
+            log.debug("alertmanager: re-posted %d resolve(s)", len(chunk))
+        return True
+
+    async def _post(
+        self, payload: list[dict[str, Any]], what: str, active: Sequence[str] = ()
+    ) -> int | None:
         """POST to every URL; the status of one that accepted. Raises RetriableError or
-        Refused when none did."""
+        Refused when none did. ``active``: the ids of the alerts the payload holds active
+        (noted when a URL left the POST unanswered: it may handle it later)."""
         assert self._session is not None, "start() first"
         # ASCII: a lone surrogate in a name cannot break the encoding (Go reads it as U+FFFD)
         body = json.dumps(payload).encode()
         results = await asyncio.gather(*(self._post_one(e, body) for e in self.endpoints))
+        if active and any(r.pending for r in results):
+            self._note_unanswered(active)
         ok = [(e, r.status) for e, r in zip(self.endpoints, results, strict=True) if r.accepted]
         failed = [(e, r) for e, r in zip(self.endpoints, results, strict=True) if not r.accepted]
         if ok:
@@ -271,10 +382,13 @@ class AlertmanagerTarget(AlertTarget):
                 retriable = r.status >= 500 or r.status in RETRIABLE_STATUS
                 return _Answer(r.status, False, problem, retriable)
         except TimeoutError:
-            return _Answer(None, False, f"no answer within {self.config.timeout_s:g}s", True)
+            problem = f"no answer within {self.config.timeout_s:g}s"
+            return _Answer(None, False, problem, True, pending=True)
         except aiohttp.ClientError as exc:
             problem = f"{type(exc).__name__}: {_clean(str(exc), 300)}"
-            return _Answer(None, False, problem, True)
+            # not connected: nothing was sent; anything else may have reached it
+            sent = not isinstance(exc, aiohttp.ClientConnectorError)
+            return _Answer(None, False, problem, True, pending=sent)
 
     # --- the alert object -----------------------------------------------------------------
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -153,6 +155,23 @@ class Alertmanager(PromProcess):
         self.stop()
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def pause(self) -> None:
+        """Freeze the process (SIGSTOP): it still accepts connections (the kernel does) but
+        answers nothing until ``resume()``, then handles what waited: a hung Alertmanager,
+        unlike a stopped one, keeps its alerts and processes requests the client gave up on."""
+        assert self.proc is not None and self.proc.poll() is None, "not running"
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Thaw a ``pause()``d process (SIGCONT)."""
+        assert self.proc is not None, "not running"
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a paused process cannot act on SIGTERM
+        super().stop()
 
     def alerts(self, **filters: str) -> list[dict[str, Any]]:
         """``GET /api/v2/alerts`` (active, silenced, inhibited and unprocessed by default)."""

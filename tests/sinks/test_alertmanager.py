@@ -6,6 +6,7 @@ active; an Alertmanager that is down for a while."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -504,3 +505,132 @@ def test_alertmanager_down_for_a_while(kafka: KafkaSettings, alertmanager: Alert
     assert target.refused == 0
     (d,) = asyncio.run(read_topic(kafka, DELIVERIES, 1, settle_s=0.5))
     assert (d.alert_id, d.outcome) == (alert.alert_id, DeliveryOutcome.DELIVERED)
+
+
+def test_resolve_survives_a_frozen_alertmanager(
+    kafka: KafkaSettings, alertmanager: Alertmanager, webhook: WebhookReceiver
+) -> None:
+    """Alertmanager frozen (SIGSTOP), not down: a re-send of the active alert times out here but
+    waits there, the resolve is retried until it is accepted, and Alertmanager may handle the
+    stale re-send after the resolve (its endsAt 4 intervals ahead, later than the resolve's:
+    Alertmanager keeps it, the alert fires again). The alert must still end at the resolve
+    time: notified resolved with that endsAt, not listed as active.
+
+    Which of the requests that waited Alertmanager handles first is a race between its
+    goroutines (a big re-send loses it to a small resolve); the test makes the stale one come
+    last for certain by handing Alertmanager the very bytes of the unanswered re-send again
+    once the resolve was accepted."""
+    am = alertmanager
+    # the stale re-send's endsAt (4 intervals on) must still be ahead when Alertmanager thaws:
+    # once it has passed, Alertmanager keeps it over any earlier end (nothing can fix that)
+    interval, timeout = 2.0, 0.5
+    config = settings(am.url, resend_interval_s=interval, timeout_s=timeout)
+    opened = idle_alert("6502")
+    aid = opened.alert_id
+    target = AlertmanagerTarget(config, kafka, max_backoff_s=0.5)
+    unanswered: list[bytes] = []  # the bodies of the POSTs that got no answer
+    post_one = target._post_one
+
+    async def watched(endpoint: str, body: bytes) -> Any:
+        answer = await post_one(endpoint, body)
+        if answer.status is None:
+            unanswered.append(body)
+        return answer
+
+    target._post_one = watched  # type: ignore[method-assign]
+
+    def mine() -> list[dict[str, Any]]:
+        """Alertmanager's notifications about the alert, in arrival order."""
+        return [
+            a
+            for body in webhook.received
+            for a in body.get("alerts", ())
+            if a.get("labels", {}).get("alert_id") == aid
+        ]
+
+    async def scenario() -> None:
+        async with (
+            webhook.serving(),
+            aiohttp.ClientSession() as http,
+            KafkaPublisher(kafka) as pub,
+            running(kafka, target),
+        ):
+            await pub.send(ALERTS, opened)
+            await pub.flush()
+            await eventually(shown(http, am, aid))
+            await eventually(lambda: _async(target.resent >= 1))
+            am.pause()
+            try:
+                # a re-send of the active alert is with Alertmanager, unanswered
+                await eventually(lambda: _async(unanswered), timeout_s=5 * interval)
+                stale = utc_now()  # its endsAt is at most 4 intervals on
+                resolved = opened.model_copy(
+                    update={
+                        "state": AlertState.RESOLVED,
+                        "resolved_at": utc_now(),
+                        "time": utc_now(),
+                    }
+                )
+                await pub.send(ALERTS, resolved)
+                await pub.flush()
+                await eventually(lambda: _async(target.retries >= 2), timeout_s=10)
+            finally:
+                am.resume()
+            await eventually(lambda: _async(target.delivered >= 2), timeout_s=10)
+            assert aid not in target.active
+            end = resolved.resolved_at
+            assert end is not None
+            (resend,) = json.loads(unanswered[0])
+            assert resend["labels"]["alert_id"] == aid and parse_utc(resend["endsAt"]) > end
+            assert parse_utc(resend["endsAt"]) > utc_now() + timedelta(seconds=interval)
+            # handled only now, after the resolve
+            json_type = {"Content-Type": "application/json"}
+            async with http.post(
+                f"{am.url}/api/v2/alerts", data=unanswered[0], headers=json_type
+            ) as r:
+                assert r.status == 200
+
+            # past the stale re-send's endsAt, and a group_interval (1 s) more for the last
+            # notification
+            ends = stale + timedelta(seconds=4 * interval + 1 + 0.5)
+
+            async def settled() -> bool:
+                if utc_now() < ends:
+                    return False
+                got = mine()
+                return bool(got) and got[-1]["status"] == "resolved"
+
+            await eventually(
+                settled,
+                timeout_s=20,
+                why=lambda: f"notified: {[(a['status'], a['endsAt']) for a in mine()]}",
+            )
+            got = mine()
+            last = got[-1]
+            assert parse_utc(last["endsAt"]) == end, (
+                format_utc(end),
+                [(a["status"], a["endsAt"]) for a in got],
+            )
+            assert aid not in await am_alerts(http, am)
+
+    asyncio.run(scenario())
+
+
+def test_resolves_kept_for_stale_posts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alerts with an unanswered POST and resolves kept to re-post: at most MAX_TRACKED each,
+    the oldest forgotten first."""
+    import gpugap.sinks.alertmanager.target as module
+
+    monkeypatch.setattr(module, "MAX_TRACKED", 3)
+    target = AlertmanagerTarget(settings("http://am:9093", resend_interval_s=2), KafkaSettings())
+
+    async def scenario() -> None:
+        target._note_unanswered([f"a{i}" for i in range(5)])
+        assert list(target._unanswered) == ["a2", "a3", "a4"]
+        for i in range(5):
+            obj = target.alert_object(idle_alert(str(i)), ended=True)
+            target._keep_ended(f"a{i}", obj, 0.0, 1.0)
+        assert [aid for aid, _ in target._ended] == ["a2", "a3", "a4"]
+        assert all(e.until == 0.0 + 4 * 2 + 10 for e in target._ended.values())
+
+    asyncio.run(scenario())
