@@ -51,24 +51,37 @@ BY_CLASS = (
     f"FROM v_cost_hourly AS c WHERE {_HOURS} AND c.allocation_id != '' "
     "GROUP BY key ORDER BY key"
 )
-BY_CLUSTER = (
-    "SELECT c.cluster AS key, anyIf(c.environment, c.environment != '') AS environment, "
-    f"{_COMMON}, sum(c.unallocated_gpu_h) AS unallocated_gpu_h, "
-    "sumIf(c.allocated_gpu_h + c.unallocated_gpu_h, c.rate_status != 'rated') AS unrated_gpu_h, "
-    f"{_guarded('c.unallocated_cost', 'unallocated_cost')}, "
-    f"{_guarded('c.allocated_kwh + c.unallocated_kwh', 'energy_kwh')}, "
-    f"{_guarded('c.allocated_co2_kg + c.unallocated_co2_kg', 'co2_kg')} "
-    f"FROM v_cost_hourly AS c WHERE {_HOURS} GROUP BY key ORDER BY key"
-)
-TRANSFERS = (
-    "SELECT t.cluster AS cluster, t.from_env AS from_env, t.to_env AS to_env, "
-    "count() AS transfers, sum(t.gib) AS gib, multiIf(countIf(NOT t.rated) = 0, 'rated', "
-    "countIf(t.rated) = 0, 'no rate', 'partly rated') AS rate_status, "
-    f"{_guarded('t.cost', 'cost')}, {_guarded('t.billed_cost', 'billed_cost')}, "
-    "arraySort(groupUniqArray(t.source)) AS sources "
-    f"FROM v_transfers AS t WHERE {_TIMES} "
-    "GROUP BY cluster, from_env, to_env ORDER BY cluster, from_env, to_env"
-)
+
+
+def by_cluster_sql(narrow: str = "") -> str:
+    """Per cluster (alias ``c`` on v_cost_hourly), ``narrow``: more conditions ("AND ...")."""
+    return (
+        "SELECT c.cluster AS key, anyIf(c.environment, c.environment != '') AS environment, "
+        f"{_COMMON}, sum(c.unallocated_gpu_h) AS unallocated_gpu_h, "
+        "sumIf(c.allocated_gpu_h + c.unallocated_gpu_h, c.rate_status != 'rated') "
+        "AS unrated_gpu_h, "
+        f"{_guarded('c.unallocated_cost', 'unallocated_cost')}, "
+        f"{_guarded('c.allocated_kwh + c.unallocated_kwh', 'energy_kwh')}, "
+        f"{_guarded('c.allocated_co2_kg + c.unallocated_co2_kg', 'co2_kg')} "
+        f"FROM v_cost_hourly AS c WHERE {_HOURS} {narrow} GROUP BY key ORDER BY key"
+    )
+
+
+def transfers_sql(narrow: str = "") -> str:
+    """Per cluster and direction (alias ``t`` on v_transfers), ``narrow`` as above."""
+    return (
+        "SELECT t.cluster AS cluster, t.from_env AS from_env, t.to_env AS to_env, "
+        "count() AS transfers, sum(t.gib) AS gib, multiIf(countIf(NOT t.rated) = 0, 'rated', "
+        "countIf(t.rated) = 0, 'no rate', 'partly rated') AS rate_status, "
+        f"{_guarded('t.cost', 'cost')}, {_guarded('t.billed_cost', 'billed_cost')}, "
+        "arraySort(groupUniqArray(t.source)) AS sources "
+        f"FROM v_transfers AS t WHERE {_TIMES} {narrow} "
+        "GROUP BY cluster, from_env, to_env ORDER BY cluster, from_env, to_env"
+    )
+
+
+BY_CLUSTER = by_cluster_sql()
+TRANSFERS = transfers_sql()
 TRANSFER_TEAMS = (
     f"SELECT t.team AS team, sum(t.gib) AS gib, {_guarded('t.cost', 'cost')} "
     f"FROM v_transfers AS t WHERE {_TIMES} GROUP BY team "
@@ -277,6 +290,25 @@ def _with_egress(rows: list[CostRow], transfers: list[TransferRow]) -> list[Cost
     return out
 
 
+def by_cluster_with_egress(
+    cluster_rows: list[dict[str, Any]], transfer_rows: list[dict[str, Any]]
+) -> tuple[list[CostRow], CostRow, list[TransferRow]]:
+    """The rows of ``by_cluster_sql`` and ``transfers_sql`` as the report shows them: per
+    cluster with its egress and total, the ``all`` row, the transfers (the web page's too)."""
+    transfers = [
+        TransferRow(**{**r, "gib": _r(r["gib"]), "cost": _r(r["cost"])}) for r in transfer_rows
+    ]
+    by_cluster = _with_egress([_row(r) for r in cluster_rows], transfers)
+    totals = _total(by_cluster).model_copy(
+        update={
+            "egress_gib": round(sum(r.egress_gib or 0.0 for r in by_cluster), 4),
+            "egress_cost": _sum_known([r.egress_cost for r in by_cluster]),
+            "total_cost": _sum_known([r.total_cost for r in by_cluster]),
+        }
+    )
+    return by_cluster, totals, transfers
+
+
 def _aware(t: datetime | None) -> datetime | None:
     if t is None:
         return None
@@ -306,17 +338,7 @@ def build_cost(
             rules=[RateRule(**r) for r in rows(RULES)],
             egress=[EgressRate(**r) for r in rows(EGRESS_RATES)],
         )
-    transfers = [
-        TransferRow(**{**r, "gib": _r(r["gib"]), "cost": _r(r["cost"])}) for r in rows(TRANSFERS)
-    ]
-    by_cluster = _with_egress([_row(r) for r in rows(BY_CLUSTER)], transfers)
-    totals = _total(by_cluster).model_copy(
-        update={
-            "egress_gib": round(sum(r.egress_gib or 0.0 for r in by_cluster), 4),
-            "egress_cost": _sum_known([r.egress_cost for r in by_cluster]),
-            "total_cost": _sum_known([r.total_cost for r in by_cluster]),
-        }
-    )
+    by_cluster, totals, transfers = by_cluster_with_egress(rows(BY_CLUSTER), rows(TRANSFERS))
     return CostReport(
         rate_card=card,
         currency=card.currency if card else None,

@@ -11,12 +11,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from gpugap.cost import report as cost
 from gpugap.web import params, queries
 from gpugap.web.queries import Query
 
 Rows = tuple[list[str], list[Sequence[Any]]]
 Run = Callable[[Query], Awaitable[Rows]]
-NAMES = ("extent", "options", "allocation", *queries.FILTERED)
+NAMES = ("extent", "options", "allocation", "cost", *queries.FILTERED)
+COST_COLUMNS = ["cluster", "environment", "rate_status", "allocated_gpu_h", "allocated_cost",
+                "unallocated_cost", "egress_gib", "egress_cost", "total_cost"]  # fmt: skip
 
 
 class NotFound(KeyError):
@@ -123,6 +126,37 @@ def shape_allocation(meta: Rows, timeline: Rows) -> dict[str, Any]:
             "truncated": len(timeline[1]) >= queries.MAX_TIMELINE_ROWS}  # fmt: skip
 
 
+def _named(rows: Rows) -> list[dict[str, Any]]:
+    columns, data = rows
+    return [dict(zip(columns, r, strict=True)) for r in data]
+
+
+def shape_cost(card: Rows, clusters: Rows, transfers: Rows, f: params.Filters) -> dict[str, Any]:
+    """Per cluster and for all of them: what ``gpugap report --cost`` says (its own rows and
+    sums, gpugap.cost.report), as a table; null is "no rate": a sum with an unknown part is
+    unknown, never 0."""
+    info = _named(card)[0] if card[1] else {}
+    by_cluster, total, _ = cost.by_cluster_with_egress(_named(clusters), _named(transfers))
+    loaded = bool(info.get("card_id"))
+    rows = [
+        [r.key if c == "cluster" else getattr(r, c) for c in COST_COLUMNS]
+        for r in [*by_cluster, total]
+    ]
+    return {
+        "currency": info.get("currency") if loaded else None,
+        "rate_card": {"card_id": info["card_id"], "name": info["card_name"],
+                      "loaded_at": queries.epoch(info["loaded_at"])} if loaded else None,
+        "columns": COST_COLUMNS,
+        "rows": [[queries.epoch(v) for v in r] for r in rows],
+        "not_applied": {
+            "egress": [k for k in ("cluster", "team", "class")
+                       if k not in queries.COST_FILTERED["egress"]],
+        },
+        "filtered": {"team": bool(f.teams), "class": bool(f.classes)},
+        "truncated": max(len(clusters[1]), len(transfers[1])) >= queries.MAX_COST_ROWS,
+    }  # fmt: skip
+
+
 async def answer(
     name: str, query: Mapping[str, list[str]], run: Run, now: datetime | None = None
 ) -> dict[str, Any]:
@@ -142,6 +176,11 @@ async def answer(
         key = params.allocation(query)
         meta = await run(queries.allocation_meta(key))
         return shape_allocation(meta, await run(queries.allocation_timeline(key)))
+    if name == "cost":
+        f = params.filters(query, now or datetime.now(UTC))
+        card = await run(queries.COST_CARD)
+        clusters = await run(queries.cost_clusters(f))
+        return shape_cost(card, clusters, await run(queries.cost_transfers(f)), f)
     build = queries.FILTERED.get(name)
     if build is None:
         raise NotFound(name)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpugap.cost import report as cost
 from gpugap.report.queries import window_parameters, windowed
 from gpugap.web.params import AllocationKey, Filters
 
@@ -288,6 +289,46 @@ def queue_wait(f: Filters) -> Query:
         "ORDER BY waited_gpu_h DESC, cluster, queue LIMIT {limit:UInt32}"
     )
     return bind(sql, f.bound())
+
+
+# --- cost: `gpugap report --cost`'s own queries (gpugap.cost.report) with the page's filters
+# on the columns the cost views carry: v_cost_hourly has cluster, team and class (unallocated
+# capacity has neither team nor class, so those filters leave it out); v_transfers has cluster
+# and team, no workload class (the class filter does not narrow egress)
+MAX_COST_ROWS = 1000  # clusters, or cluster x direction for transfers
+COST_FILTERED = {"cost_rows": ("cluster", "team", "class"), "egress": ("cluster", "team")}
+_ON = {"cluster": ("clusters", "cluster"), "team": ("teams", "team"),
+       "class": ("classes", "workload_class")}  # fmt: skip
+
+
+def _narrowing(alias: str, filters: tuple[str, ...]) -> str:
+    """The page's filters on ``filters`` of the cost query's columns (alias ``alias``)."""
+    return "".join(
+        f" AND (empty({{{p}:{_ARR}}}) OR has({{{p}:{_ARR}}}, {alias}.{col}))"
+        for p, col in (_ON[name] for name in filters)
+    )
+
+
+COST_CARD = Query(cost.CARD, {})
+_LIMIT = f" LIMIT {MAX_COST_ROWS}"
+_COST_CLUSTERS = cost.by_cluster_sql(_narrowing("c", COST_FILTERED["cost_rows"])) + _LIMIT
+_COST_TRANSFERS = cost.transfers_sql(_narrowing("t", COST_FILTERED["egress"])) + _LIMIT
+
+
+def _cost_window(f: Filters) -> dict[str, Any]:
+    """The report's window for [since, until): whole hours (gpugap.cost.report.build_cost)."""
+    p = window_parameters(f.since, f.until)
+    return {**f.bound(), "since": p["since"], "until": p["until"]}
+
+
+def cost_clusters(f: Filters) -> Query:
+    """Per cluster: GPU-hours and their cost (``gpugap report --cost``'s BY_CLUSTER)."""
+    return bind(_COST_CLUSTERS, _cost_window(f))
+
+
+def cost_transfers(f: Filters) -> Query:
+    """Per cluster and direction: GiB across the boundary and its cost (its TRANSFERS)."""
+    return bind(_COST_TRANSFERS, _cost_window(f))
 
 
 EXTENT = Query("SELECT first_day, latest_minute FROM v_data_extent", {})

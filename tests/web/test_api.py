@@ -4,8 +4,10 @@ SQL text), read-only, loopback-only, and every asset shipped in the package."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from importlib import resources
+from typing import Any
 
 import pytest
 import requests
@@ -187,3 +189,105 @@ def test_the_last_hour_is_sixty_minutes_that_add_up_to_the_hour(
     )
     assert free["unallocated_gpu_h"] == pytest.approx(float(free_want), rel=1e-3, abs=1e-3)
     assert sum(free["unallocated"]) / 60 == pytest.approx(float(free_want), rel=1e-3, abs=1e-3)
+
+
+# the cost section: a rate card for one of the demo's clusters (the others have no rate) and a
+# few transfers, written for the test and deleted after it (the other tests read the demo bare)
+COST_SOURCE = "test-web-cost"
+TRANSFER_COLUMNS = ["event_id", "time", "interval_s", "cluster", "from_env", "to_env", "bytes",
+                    "source", "node", "interface", "team", "owner", "allocation_id",
+                    "description", "billed_cost", "billed_currency", "ingested_at"]  # fmt: skip
+
+
+@pytest.fixture
+def priced(demo_warehouse: DemoWarehouse) -> Iterator[dict[str, Any]]:
+    """A card pricing the demo's first cluster (cloud, per GPU-hour and per GiB to onprem) and
+    transfers in its last hour: two on that cluster (one rated, both team "vision"), one on
+    a cluster no card names (a bill's own, "no rate")."""
+    from gpugap.groundfloor.ratecard import RateCard, write_rate_card
+
+    wh = demo_warehouse
+    clusters = [r[0] for r in wh.rows("SELECT DISTINCT cluster FROM gpu_minutes ORDER BY 1")]
+    latest = wh.one("SELECT latest_minute FROM v_data_extent")
+    when = latest.replace(tzinfo=UTC) if latest.tzinfo is None else latest
+    card = RateCard.model_validate({
+        "name": "web test card", "currency": "EUR",
+        "clusters": {clusters[0]: {"environment": "cloud", "gpu_model": "H100",
+                                   "cloud": {"H100": {"on_demand": 6.0}},
+                                   "egress_per_gib": {"cloud->onprem": 0.09}}},
+    })  # fmt: skip
+    now = datetime.now(UTC)
+    write_rate_card(wh.admin, card, COST_SOURCE, now)
+
+    def moved(event: str, cluster: str, to_env: str, gib: int, team: str) -> list[Any]:
+        return [event, when, 3600.0, cluster, "cloud", to_env, gib << 30, COST_SOURCE, "", "",
+                team, "", "", "", None, "", now]  # fmt: skip
+
+    wh.admin.insert("transfers", [
+        moved("w1", clusters[0], "onprem", 10, "vision"),
+        moved("w2", clusters[0], "onprem", 3, "search"),
+        moved("w3", "billed-elsewhere", "onprem", 2, "vision"),
+    ], column_names=TRANSFER_COLUMNS)  # fmt: skip
+    try:
+        yield {"cluster": clusters[0], "clusters": clusters, "card": card}
+    finally:
+        for table in ("rate_card", "transfer_rate"):
+            wh.admin.command(
+                f"ALTER TABLE {table} DELETE WHERE updated_at = {{t:DateTime64(3, 'UTC')}} "
+                "SETTINGS mutations_sync = 2",
+                parameters={"t": now},
+            )
+        wh.admin.command(
+            f"ALTER TABLE transfers DELETE WHERE source = '{COST_SOURCE}' "
+            "SETTINGS mutations_sync = 2"
+        )
+
+
+def test_the_cost_table_is_the_reports_per_cluster_with_egress_and_no_rate_totals(
+    page_url: str, demo_warehouse: DemoWarehouse, priced: dict[str, Any]
+) -> None:
+    from gpugap.cost.report import build_cost
+
+    extent = requests.get(page_url + "api/extent", timeout=10).json()
+    window = {"from": extent["first"], "to": extent["latest"] + 60}
+    got = requests.get(page_url + "api/cost", params=window, timeout=60).json()
+    assert got["currency"] == "EUR" and got["rate_card"]["name"] == "web test card"
+    rows = [dict(zip(got["columns"], r, strict=True)) for r in got["rows"]]
+    want = build_cost(
+        demo_warehouse.admin,
+        datetime.fromtimestamp(window["from"], UTC),
+        datetime.fromtimestamp(window["to"], UTC),
+    )
+    figures = ("allocated_gpu_h", "allocated_cost", "unallocated_cost",
+               "egress_gib", "egress_cost", "total_cost")  # fmt: skip
+    assert [r["cluster"] for r in rows] == [r.key for r in want.by_cluster] + ["all"]
+    for r, w in zip(rows, [*want.by_cluster, want.totals], strict=True):
+        assert r["environment"] == w.environment, r["cluster"]
+        assert {k: r[k] for k in figures} == pytest.approx({k: getattr(w, k) for k in figures}), r[
+            "cluster"
+        ]
+    mine = rows[[r["cluster"] for r in rows].index(priced["cluster"])]
+    assert mine["egress_gib"] == pytest.approx(13.0)
+    assert mine["egress_cost"] == pytest.approx(13 * 0.09)
+    assert mine["total_cost"] == pytest.approx(
+        mine["allocated_cost"] + mine["unallocated_cost"] + 13 * 0.09
+    )
+    elsewhere = rows[[r["cluster"] for r in rows].index("billed-elsewhere")]
+    assert elsewhere["egress_gib"] == pytest.approx(2.0)
+    assert elsewhere["egress_cost"] is None and elsewhere["total_cost"] is None  # never 0
+    # a sum with any unknown part is unknown ("no rate" on the page), not the known parts' sum
+    assert rows[-1]["cluster"] == "all" and rows[-1]["total_cost"] is None
+    assert rows[-1]["egress_cost"] is None and rows[-1]["egress_gib"] == pytest.approx(15.0)
+
+    # the team filter narrows egress; the class filter does not (transfers have no class)
+    team = requests.get(page_url + "api/cost", params={**window, "team": "search"},
+                        timeout=60).json()  # fmt: skip
+    by_team = {r[0]: dict(zip(team["columns"], r, strict=True)) for r in team["rows"]}
+    assert by_team[priced["cluster"]]["egress_gib"] == pytest.approx(3.0)
+    assert "billed-elsewhere" not in by_team
+    cls = demo_warehouse.one("SELECT any(workload_class) FROM v_capacity_gap_daily "
+                             "WHERE workload_class != ''")  # fmt: skip
+    by_class = requests.get(page_url + "api/cost", params={**window, "class": cls},
+                            timeout=60).json()  # fmt: skip
+    assert by_class["not_applied"]["egress"] == ["class"] and by_class["filtered"]["class"]
+    assert by_class["rows"][-1][got["columns"].index("egress_gib")] == pytest.approx(15.0)

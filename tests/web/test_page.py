@@ -275,6 +275,45 @@ def test_now_tables_and_padding_are_the_views(tab: Tab, demo_warehouse: DemoWare
     assert tab.value("sum-unattributed") == pytest.approx(float(free[1] or 0), rel=1e-6, abs=1e-3)
 
 
+def test_the_cost_table_shows_egress_and_a_total_and_says_how_to_load_a_card(
+    tab: Tab, demo_warehouse: DemoWarehouse
+) -> None:
+    tab.open()
+    heads = tab.page.evaluate(
+        "() => Array.from(document.querySelectorAll('#t-cost thead th'), "
+        "(th) => [th.dataset.key, th.textContent])"
+    )
+    keys = [k for k, _ in heads]
+    assert {"cluster", "environment", "allocated_gpu_h", "allocated_cost", "unallocated_cost",
+            "egress_gib", "egress_cost", "total_cost"} <= set(keys)  # fmt: skip
+    assert dict(heads)["egress_gib"] == "egress GiB" and dict(heads)["total_cost"] == "total"
+    since, until = tab.window()
+    clusters = demo_warehouse.rows(
+        "SELECT cluster, sum(allocated_gpu_h) FROM v_capacity_gap WHERE "
+        "hour >= toDateTime({s:UInt32}, 'UTC') AND hour < toDateTime({u:UInt32}, 'UTC') "
+        "GROUP BY cluster",
+        s=since, u=until,
+    )  # fmt: skip
+    shown = {r["cluster"]: r for r in table(tab, "t-cost")}
+    assert set(shown) == {c for c, _ in clusters}
+    for c, allocated in clusters:
+        assert num(shown[c]["allocated_gpu_h"]) == pytest.approx(allocated, abs=0.01), c
+    # the demo has no rate card: every cost is "no rate" (never 0), the totals row too
+    assert demo_warehouse.one("SELECT count() FROM rate_card") == 0
+    for r in shown.values():
+        assert r["total_cost"] == r["allocated_cost"] == "no rate"
+    footer = tab.page.evaluate(
+        "() => Array.from(document.querySelectorAll('#t-cost tfoot td'), (td) => td.textContent)"
+    )
+    all_row = dict(zip(keys, footer, strict=True))
+    assert all_row["cluster"] == "all" and all_row["total_cost"] == "no rate"
+    assert num(all_row["allocated_gpu_h"]) == pytest.approx(sum(a for _, a in clusters), abs=0.05)
+    note = tab.page.text_content("#cost-note") or ""
+    assert "No rate card" in note and "gpugap cost load" in note
+    assert "class filter" in (tab.page.text_content("#cost") or "")
+    assert not tab.errors
+
+
 # what the page's Chart.js charts hold (Chart.getChart: the library's own record of a canvas)
 CHART_DATA = """(id) => { const c = Chart.getChart(document.getElementById(id));
   return { labels: c.data.labels, x: c.options.scales.x.title.text || '',

@@ -197,12 +197,46 @@ const TOP_COLUMNS = ["allocation_id", "name", "cluster", "scheduler", "workload_
 const cols = (keys) => keys.map((key) => ({ key, label: key.replace(/_gpu_h$/, " GPU-h")
   .replace(/_/g, " ") }));
 
+// the cost table: null is "no rate" (a rate is missing for some of it), never 0
+const NO_RATE = "no rate";
+const COST_LABELS = { cluster: "cluster", environment: "environment", rate_status: "rate",
+  allocated_gpu_h: "allocated GPU-h", allocated_cost: "allocated cost",
+  unallocated_cost: "unallocated cost", egress_gib: "egress GiB", egress_cost: "egress cost",
+  total_cost: "total" };
+function drawCost(cost) {
+  const money = (k) => k.endsWith("_cost");
+  const unit = cost.currency ? ` (${cost.currency})` : "";
+  const columns = cost.columns.map((key) => ({ key,
+    label: `${COST_LABELS[key] || key.replace(/_/g, " ")}${money(key) ? unit : ""}` }));
+  const rows = records(cost).map((r) => Object.fromEntries(Object.entries(r).map(
+    ([k, v]) => [k, money(k) && (v === null || v === undefined) ? NO_RATE : v])));
+  const notes = [];
+  if (cost.rate_card) {
+    notes.push(`Rate card ${cost.rate_card.name || cost.rate_card.card_id}, in ` +
+      `${cost.currency}, loaded ${fmtTime(cost.rate_card.loaded_at)} UTC.`);
+  } else {
+    notes.push("No rate card is loaded in the warehouse, so every cost is \"no rate\": " +
+      "load one with `gpugap cost load` (docs/cost.md).");
+  }
+  if (cost.filtered.class) {
+    notes.push("The class filter does not apply to egress: it is every class's.");
+  }
+  if (cost.filtered.team) notes.push("The team filter leaves out unallocated capacity.");
+  if (cost.truncated) notes.push("Truncated: more clusters or transfer directions than shown.");
+  $("cost-note").textContent = notes.join(" ");
+  $("cost-note").dataset.card = cost.rate_card ? "loaded" : "none";
+  // the last row is every cluster's ("all"): below the sorted ones
+  renderTable($("t-cost"), columns, rows.slice(0, -1), {
+    empty: "no GPU-hours or transfers in the range", footer: rows.slice(-1) });
+}
+
 async function loadEstate(s) {
   const q = apiParams(s);
-  const [sum, ts, split, top, idle, gangs, alerts, free, padding, queue] = await Promise.all([
-    api("summary", q), api("timeseries", apiParams(s, { by: s.by })), api("split", q),
-    api("top_waste", q), api("idle_now", q), api("partial_gangs", q), api("alerts", q),
-    api("unallocated", q), api("padding", q), api("queue_wait", q)]);
+  const [sum, ts, split, top, idle, gangs, alerts, free, padding, queue, cost] =
+    await Promise.all([
+      api("summary", q), api("timeseries", apiParams(s, { by: s.by })), api("split", q),
+      api("top_waste", q), api("idle_now", q), api("partial_gangs", q), api("alerts", q),
+      api("unallocated", q), api("padding", q), api("queue_wait", q), api("cost", q)]);
   card("sum-allocated", sum.allocated_gpu_h);
   card("sum-consumed", sum.consumed_gpu_h);
   card("sum-gap", sum.gap_gpu_h);
@@ -235,6 +269,7 @@ async function loadEstate(s) {
   drawPadding(padded);
   renderTable($("t-queue"), cols(queue.columns), records(queue), { sortKey: "waited_gpu_h",
     empty: "no work with a submit time started in the range" });
+  drawCost(cost);
   return `${fmtTime(s.since)} – ${fmtTime(s.until)} UTC · ${top.rows.length} top allocations`;
 }
 

@@ -36,7 +36,7 @@ function fmtCell(column, value) {
 
 // Render rows into a <table>: columns [{key, label}], rows as objects; a click on a header
 // sorts by it (numbers as numbers), a second click reverses. link(row, key) may return an href
-// for a cell.
+// for a cell; footer: rows shown after the sorted ones, unsorted (totals).
 function renderTable(table, columns, rows, opts = {}) {
   const state = { key: opts.sortKey || null, dir: opts.sortDir || "descending" };
   function draw() {
@@ -74,8 +74,8 @@ function renderTable(table, columns, rows, opts = {}) {
       td.className = "empty";
       td.textContent = opts.empty || "none";
     }
-    for (const r of sorted) {
-      const tr = body.insertRow();
+    const fill = (section, rs) => rs.forEach((r) => {
+      const tr = section.insertRow();
       for (const c of columns) {
         const td = tr.insertCell();
         const text = fmtCell(c.key, r[c.key]);
@@ -90,7 +90,10 @@ function renderTable(table, columns, rows, opts = {}) {
         }
         if (typeof r[c.key] === "number") td.className = "num";
       }
-    }
+    });
+    fill(body, sorted);
+    // rows that stay below the sorted ones (totals)
+    if (opts.footer && opts.footer.length) fill(table.createTFoot(), opts.footer);
   }
   draw();
 }
