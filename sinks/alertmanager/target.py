@@ -42,6 +42,7 @@ from gpugap.schemas.models import episode_start
 from gpugap.schemas.types import AlertKind, AlertState, format_utc
 from gpugap.sinks.alerting import AlertTarget, Refused
 from gpugap.sinks.alertmanager.settings import AlertmanagerSettings
+from gpugap.sinks.alertmanager.stale import StalePosts
 
 if TYPE_CHECKING:
     import aiohttp
@@ -62,12 +63,6 @@ MAX_NAME = 200
 MAX_NODES = 20
 #: alerts per POST when re-sending
 RESEND_CHUNK = 200
-#: at most this many alerts tracked for an unanswered POST, and as many resolves re-posted
-#: (the oldest are forgotten first)
-MAX_TRACKED = 10_000
-#: the longest wait between re-posts of a resolve (shorter than a re-send interval: the
-#: alert fires again from when a stale POST is handled until the next re-post)
-REPOST_S = 5.0
 #: statuses worth retrying: Alertmanager (or a proxy before it) is overloaded or timed out
 RETRIABLE_STATUS = frozenset({408, 425, 429})
 #: the warehouse view the evidence query names (warehouse/migrations/*_views.sql)
@@ -97,11 +92,6 @@ def _shown(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-def _key(obj: dict[str, Any]) -> str:
-    """What Alertmanager tells an alert by: its labels."""
-    return json.dumps(obj["labels"], sort_keys=True)
-
-
 def _gpu_hours(h: float) -> str:
     return f"{h:.2f}" if h < 10 else f"{h:.1f}"
 
@@ -116,16 +106,6 @@ class _Answer:
     retriable: bool = False
     #: no answer, but the request may have reached Alertmanager (and be handled later)
     pending: bool = False
-
-
-@dataclass
-class _Ended:
-    """An accepted resolve (or the end of an alert's old labels) re-posted as it was until
-    an unanswered POST of the active state can no longer be handled after it."""
-
-    obj: dict[str, Any]  # the postable alert, its endsAt fixed
-    until: float  # loop time: re-post no more after this
-    due: float  # loop time of the next re-post
 
 
 class AlertmanagerTarget(AlertTarget):
@@ -166,10 +146,8 @@ class AlertmanagerTarget(AlertTarget):
         self._session: aiohttp.ClientSession | None = None
         #: alert id -> loop time it was last accepted (delivered or re-sent)
         self._sent_at: dict[str, float] = {}
-        #: alert id -> loop time its active state last went unanswered (may be handled later)
-        self._unanswered: dict[str, float] = {}
-        #: (alert id, labels) -> an accepted end re-posted while a stale POST may come after it
-        self._ended: dict[tuple[str, str], _Ended] = {}
+        #: resolves kept to outlive a POST of the active state left unanswered (stale.py)
+        self.stale = StalePosts(config.resend_interval_s, config.timeout_s)
         self._next_check = 0.0
         self.resent = 0
 
@@ -213,7 +191,7 @@ class AlertmanagerTarget(AlertTarget):
         super()._remember(d)
         if d.state is AlertState.RESOLVED:
             self._sent_at.pop(d.alert_id, None)
-            self._unanswered.pop(d.alert_id, None)  # kept in _ended when it was accepted
+            self.stale.resolved(d.alert_id)
 
     # --- sending --------------------------------------------------------------------------
 
@@ -230,45 +208,8 @@ class AlertmanagerTarget(AlertTarget):
         )
         now = asyncio.get_running_loop().time()
         self._sent_at[aid] = now
-        if not resolve:  # this state is the truth now, not an end sent before it
-            self._ended.pop((aid, _key(payload[0])), None)
-        since = self._unanswered.get(aid)
-        if since is not None:
-            # an active state sent before may still be handled after these ends: re-post them
-            ends = payload if resolve else payload[1:]
-            for obj in ends:
-                self._keep_ended(aid, obj, since, now)
+        self.stale.accepted(aid, payload, resolve, now)
         return code
-
-    def _keep_ended(self, aid: str, obj: dict[str, Any], since: float, now: float) -> None:
-        """Re-post ``obj`` (an end) until a POST left unanswered at ``since`` is over."""
-        until = since + 4 * self.config.resend_interval_s + self.config.timeout_s
-        key = (aid, _key(obj))
-        self._ended.pop(key, None)  # re-inserted: the dict stays oldest first
-        while len(self._ended) >= MAX_TRACKED:
-            oldest = next(iter(self._ended))
-            del self._ended[oldest]
-            log.warning(
-                "alertmanager: more than %d resolves to re-post; no longer re-posting that of "
-                "alert %s (Alertmanager may keep a later end for it)",
-                MAX_TRACKED,
-                oldest[0],
-            )
-        # first soon: a stale POST is most likely handled as Alertmanager comes back
-        first = min(1.0, self._repost_s / 4)
-        self._ended[key] = _Ended(obj, until, now + first)
-
-    @property
-    def _repost_s(self) -> float:
-        return min(self.config.resend_interval_s, REPOST_S)
-
-    def _note_unanswered(self, ids: Sequence[str]) -> None:
-        now = asyncio.get_running_loop().time()
-        for aid in ids:
-            self._unanswered.pop(aid, None)  # re-inserted: oldest first
-            self._unanswered[aid] = now
-        while len(self._unanswered) > MAX_TRACKED:
-            del self._unanswered[next(iter(self._unanswered))]
 
     async def write(self, batch: Sequence[Record]) -> None:
         await super().write(batch)
@@ -287,10 +228,6 @@ class AlertmanagerTarget(AlertTarget):
         if now < self._next_check or self._session is None:
             return
         self._next_check = now + min(1.0, interval / 4)
-        # forget unanswered POSTs whose endsAt has passed: handled now, they end at once
-        horizon = now - 4 * interval - self.config.timeout_s
-        while self._unanswered and next(iter(self._unanswered.values())) < horizon:
-            del self._unanswered[next(iter(self._unanswered))]
         if not await self._repost_ended(now):
             return
         due = [
@@ -322,21 +259,18 @@ class AlertmanagerTarget(AlertTarget):
     async def _repost_ended(self, now: float) -> bool:
         """Re-post the ends that are due (never raises); False when that failed."""
         loop = asyncio.get_running_loop()
-        for key in [k for k, e in self._ended.items() if e.until < now]:
-            del self._ended[key]
-        due = [(k, e) for k, e in self._ended.items() if e.due <= now]
+        due = self.stale.due(now)
         for i in range(0, len(due), RESEND_CHUNK):
             chunk = due[i : i + RESEND_CHUNK]
             try:
-                await self._post([e.obj for _, e in chunk], f"re-post of {len(chunk)} resolve(s)")
+                await self._post([e.obj for e in chunk], f"re-post of {len(chunk)} resolve(s)")
             except (RetriableError, Refused) as exc:
                 log.warning(
                     "alertmanager: re-post of %d resolved alert(s) failed: %s", len(chunk), exc
                 )
-                self._next_check = loop.time() + self._repost_s
+                self._next_check = loop.time() + self.stale.repost_s
                 return False
-            for _, e in chunk:
-                e.due = loop.time() + self._repost_s
+            self.stale.reposted(chunk, loop.time())
             log.debug("alertmanager: re-posted %d resolve(s)", len(chunk))
         return True
 
@@ -351,7 +285,7 @@ class AlertmanagerTarget(AlertTarget):
         body = json.dumps(payload).encode()
         results = await asyncio.gather(*(self._post_one(e, body) for e in self.endpoints))
         if active and any(r.pending for r in results):
-            self._note_unanswered(active)
+            self.stale.note_unanswered(active, asyncio.get_running_loop().time())
         ok = [(e, r.status) for e, r in zip(self.endpoints, results, strict=True) if r.accepted]
         failed = [(e, r) for e, r in zip(self.endpoints, results, strict=True) if not r.accepted]
         if ok:

@@ -619,18 +619,18 @@ def test_resolve_survives_a_frozen_alertmanager(
 def test_resolves_kept_for_stale_posts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Alerts with an unanswered POST and resolves kept to re-post: at most MAX_TRACKED each,
     the oldest forgotten first."""
-    import gpugap.sinks.alertmanager.target as module
+    import gpugap.sinks.alertmanager.stale as module
 
     monkeypatch.setattr(module, "MAX_TRACKED", 3)
     target = AlertmanagerTarget(settings("http://am:9093", resend_interval_s=2), KafkaSettings())
-
-    async def scenario() -> None:
-        target._note_unanswered([f"a{i}" for i in range(5)])
-        assert list(target._unanswered) == ["a2", "a3", "a4"]
-        for i in range(5):
-            obj = target.alert_object(idle_alert(str(i)), ended=True)
-            target._keep_ended(f"a{i}", obj, 0.0, 1.0)
-        assert [aid for aid, _ in target._ended] == ["a2", "a3", "a4"]
-        assert all(e.until == 0.0 + 4 * 2 + 10 for e in target._ended.values())
-
-    asyncio.run(scenario())
+    stale = target.stale
+    stale.note_unanswered([f"a{i}" for i in range(5)], 0.0)
+    assert list(stale.unanswered) == ["a2", "a3", "a4"]
+    for i in range(5):
+        obj = target.alert_object(idle_alert(str(i)), ended=True)
+        stale.keep(f"a{i}", obj, 0.0, 1.0)
+    assert [aid for aid, _ in stale.ended] == ["a2", "a3", "a4"]
+    assert all(e.until == 0.0 + 4 * 2 + 10 for e in stale.ended.values())
+    # once no stale POST can follow, nothing is kept, nor re-posted
+    assert len(stale.due(1.0 + 1)) == 3 and stale.due(0.0 + 4 * 2 + 10 + 1) == []
+    assert not stale.ended and not stale.unanswered
