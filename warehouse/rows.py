@@ -118,7 +118,9 @@ DEAD_LETTER_COLUMNS = [
 # from before, by the class's in idle_policy (the stream's, from GPUGAP_IDLE_*); and only a
 # minute the allocation held whole, as the stream's alerts count them: a pod bound at 01:11:03
 # has no idle minute 01:11 (its 57 s are allocated, measured and consumed as they were)
-WHOLE_MINUTE_HELD = "m.allocated_ms >= 60000 * if(m.gpu_share > 0, m.gpu_share, 1) - 1"
+#: (columns unqualified: read on gpu_minutes alone, or joined to idle_policy, which has none of
+#: them; the recommenders' idle episodes use it too)
+WHOLE_MINUTE_HELD = "allocated_ms >= 60000 * if(gpu_share > 0, gpu_share, 1) - 1"
 ROLLUP = """
 INSERT INTO gpu_hours (hour, cluster, node, gpu_uuid, allocation_id, scheduler,
     workload_class, owner, team, gang_id, allocated_s, unmeasured_s, unallocated_s,

@@ -7,6 +7,7 @@ import csv
 import io
 
 from gpugap.cost.report import NO_RATE, WIDTH, CostReport, CostRow
+from gpugap.report.sections import with_section
 from gpugap.report.table import Col, cut, table
 
 
@@ -209,12 +210,11 @@ def render_csv_rows(c: CostReport) -> str:
 def render_with(report_text: str, c: CostReport, fmt: str) -> str:
     """The report as ``render`` printed it, with the cost section: after the table, as a
     ``cost`` member of the JSON (``extend_schema``), as ``cost_*`` rows after the CSV's."""
-    if fmt == "json":
-        import json
-
-        doc = json.loads(report_text)
-        doc["cost"] = c.model_dump(mode="json")
-        return json.dumps(doc, indent=2)
-    if fmt == "csv":
-        return report_text + "\n" + render_csv_rows(c)
-    return report_text + "\n" + render_table(c)
+    return with_section(
+        report_text,
+        fmt,
+        "cost",
+        c,
+        csv_rows=lambda: render_csv_rows(c),
+        table=lambda: render_table(c),
+    )

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpugap.report import sections
 from gpugap.report.queries import window_parameters
 from gpugap.warehouse.client import run_query
 
@@ -226,8 +227,7 @@ def _row(r: dict[str, Any]) -> CostRow:
 
 def _total(rows: list[CostRow]) -> CostRow:
     def add(field: str) -> float | None:
-        values = [getattr(r, field) for r in rows]
-        return None if any(v is None for v in values) else round(sum(values), 4)
+        return _sum_known([getattr(r, field) for r in rows])
 
     statuses = {r.rate_status for r in rows}
     status = statuses.pop() if len(statuses) == 1 else "partly rated"
@@ -355,9 +355,4 @@ def build_cost(
 
 def extend_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The report's JSON Schema with the ``cost`` member ``--cost`` adds."""
-    cost = CostReport.model_json_schema(mode="serialization", ref_template="#/$defs/{model}")
-    defs = {**schema.get("$defs", {}), **cost.pop("$defs", {}), "CostReport": cost}
-    out = {**schema, "$defs": defs}
-    out["properties"] = {**schema["properties"], "cost": {"$ref": "#/$defs/CostReport"}}
-    out["required"] = [*schema.get("required", []), "cost"]
-    return out
+    return sections.extend_schema(schema, "cost", CostReport)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpugap.queue.cost import QueueFigures, Spread, queue_cost
 from gpugap.queue.warehouse import recorded_partitions
+from gpugap.report import sections
 from gpugap.report.queries import window_parameters
+from gpugap.report.sections import with_section
 from gpugap.report.table import Col, table
 from gpugap.warehouse.client import run_query
 
@@ -369,21 +370,17 @@ def render_csv_rows(q: QueueReport) -> str:
 
 def extend_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The report's JSON Schema with the ``queue`` member ``--queue`` adds."""
-    queue = QueueReport.model_json_schema(mode="serialization", ref_template="#/$defs/{model}")
-    defs = {**schema.get("$defs", {}), **queue.pop("$defs", {}), "QueueReport": queue}
-    out = {**schema, "$defs": defs}
-    out["properties"] = {**schema["properties"], "queue": {"$ref": "#/$defs/QueueReport"}}
-    out["required"] = [*schema.get("required", []), "queue"]
-    return out
+    return sections.extend_schema(schema, "queue", QueueReport)
 
 
 def render_with(report_text: str, q: QueueReport, fmt: str) -> str:
     """The report with the queue section: after the table, as a ``queue`` member of the
     JSON (``extend_schema``), as ``queue_*`` rows after the CSV's."""
-    if fmt == "json":
-        doc = json.loads(report_text)
-        doc["queue"] = q.model_dump(mode="json")
-        return json.dumps(doc, indent=2)
-    if fmt == "csv":
-        return report_text + "\n" + render_csv_rows(q)
-    return report_text + "\n" + render_table(q)
+    return with_section(
+        report_text,
+        fmt,
+        "queue",
+        q,
+        csv_rows=lambda: render_csv_rows(q),
+        table=lambda: render_table(q),
+    )

@@ -18,6 +18,7 @@ from gpugap.recommend.interactive import NOTEBOOK_IDLE_SHARE, NotebookIdle
 from gpugap.recommend.placement import PartialGang
 from gpugap.schemas.types import WorkloadClass
 from gpugap.warehouse.client import run_query
+from gpugap.warehouse.rows import WHOLE_MINUTE_HELD
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _W = "{since:DateTime64(3, 'UTC')}"
@@ -126,8 +127,7 @@ FROM (
         SELECT cluster, allocation_id, minute,
             -- idle: below the threshold for a minute held whole (warehouse.rows.ROLLUP)
             min(consumed_ms < if(idle_threshold_bp > 0, idle_threshold_bp / 10000,
-                class_threshold) * allocated_ms
-                AND allocated_ms >= 60000 * if(gpu_share > 0, gpu_share, 1) - 1) AS all_idle
+                class_threshold) * allocated_ms AND {WHOLE_MINUTE_HELD}) AS all_idle
         FROM gpu_minutes
         WHERE toStartOfHour(minute) >= toStartOfHour({_W}) AND minute >= {_W}
             AND minute < {_U} AND allocation_id IN (SELECT allocation_id FROM candidates)
