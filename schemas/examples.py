@@ -189,6 +189,7 @@ def one_of_each() -> dict[str, Record]:
             activity_metric="sm_active",
             sample_count=6,
             no_samples=False,
+            measured_s=60.0,
             allocation_id="slurm/prod/4242",
             scheduler="slurm",
             workload_class="batch",

@@ -375,6 +375,14 @@ class GpuMinute(Record):
         description="no activity reading for this minute (none, or samples without activity: "
         "NVML on a MIG slice): consumption unknown"
     )
+    measured_s: StrictFloat | None = Field(
+        default=None,
+        ge=0.0,
+        le=float(MINUTE_S),
+        description="GPU-equivalent seconds of this row some sample with an activity reading "
+        "covered (coverage by the second); the rest of its seconds are unmeasured, never zero "
+        "use. None from releases before: the whole row, unless no_samples",
+    )
     allocation_id: EventId | None = None
     scheduler: Scheduler | None = None
     workload_class: WorkloadClass | None = None
@@ -394,7 +402,20 @@ class GpuMinute(Record):
             raise ValueError("minute must be aligned to a whole minute")
         if self.consumed_gpu_s > self.allocated_s + 1e-9 and self.allocation_id is not None:
             raise ValueError("consumed_gpu_s cannot exceed allocated_s for an allocation")
+        if self.measured_s is not None:
+            if self.measured_s > self.allocated_s + self.unallocated_s + 1e-9:
+                raise ValueError("measured_s cannot exceed the row's seconds")
+            if self.consumed_gpu_s > self.measured_s + 1e-9:
+                raise ValueError("consumed_gpu_s cannot exceed measured_s")
         return self
+
+    @property
+    def measured(self) -> float:
+        """The row's measured GPU-equivalent seconds; rows from before coverage by the second
+        (``measured_s`` None) are measured whole unless ``no_samples``."""
+        if self.measured_s is not None:
+            return self.measured_s
+        return 0.0 if self.no_samples else self.allocated_s + self.unallocated_s
 
 
 class IdlePolicy(Record):

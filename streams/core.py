@@ -78,6 +78,7 @@ __all__ = [
 #: the state holds plain JSON values, not enum members
 PLAIN: dict[ActivityMetric | None, str] = {e: e.value for e in ActivityMetric}
 RETAIN_MS = 10 * MINUTE_MS  # keep ended allocations this long after the frontier (duplicates)
+GAPS_KEPT = 4  # gaps between node samples kept for the alert wait (jitter, a lost sample)
 TOMBSTONE_MS = DAY_MS  # then remember only that they ended (late deletions, duplicates)
 #: event ids remembered per allocation (duplicates of older ones are applied again: a start
 #: or an end applied twice changes nothing but a counter)
@@ -102,9 +103,10 @@ MAX_ALLOCS_PER_NODE = 1_024
 @dataclass(frozen=True)
 class CoreConfig:
     lateness_ms: int = 120_000
-    #: alerts judge a minute this long after its end (<= lateness): an idle GPU pages within
-    #: a minute of crossing its threshold, while the stored minutes wait the full lateness;
-    #: data later than this still counts in the minutes but not in the alert already raised
+    #: alerts judge a minute this long after its end (<= lateness), or one observed sample
+    #: interval of the node if that is longer (``NodeCore.alert_wait``): an idle GPU pages
+    #: within a minute or so of crossing its threshold, while the stored minutes wait the full
+    #: lateness; data later than this still counts in the minutes but not in the alert raised
     alert_lateness_ms: int = 30_000
     default_interval_ms: int = 10_000
     idle: IdleConfig = field(default_factory=IdleConfig)
@@ -200,6 +202,30 @@ class NodeCore:
         if s["closed_ms"] is None:
             s["first_ms"] = t if s["first_ms"] is None else min(s["first_ms"], t)
 
+    def _gap(self, t: int) -> None:
+        """Note the gap from the latest node sample to one at ``t`` (later ones only; a gap
+        longer than the lateness is a node that was away, not its interval)."""
+        s = self.state
+        last = s.get("sampled_ms")
+        if last is not None and t <= last:
+            return
+        if last is not None and t - last <= self.cfg.lateness_ms:
+            gaps = s.setdefault("gaps", [])
+            gaps.append(t - last)
+            del gaps[:-GAPS_KEPT]
+        s["sampled_ms"] = t
+
+    def alert_wait(self) -> int:
+        """How long after a minute's end its idle alert is judged (ms): the alert lateness, or
+        the node's sample interval if longer (the longest of its last gaps and its stated
+        interval), never more than the lateness. A minute's last seconds are covered by the
+        first sample after it, up to one interval later: judged sooner, a 60 s scrape's minute
+        would be judged on part of its seconds, or on none (the next minute's run broken)."""
+        s = self.state
+        interval = max(s.get("gaps") or (), default=s["interval_ms"] or 0)
+        interval = max(interval, s["interval_ms"] or 0)
+        return min(self.cfg.lateness_ms, max(self.cfg.alert_lateness_ms, interval))
+
     def sample(self, ns: NodeSample) -> Output:
         s = self.state
         t = ms(ns.time)
@@ -217,6 +243,7 @@ class NodeCore:
         if len(s["known"]) + len(ns.gpus) > MAX_GPUS_PER_NODE and (over := self._too_many(ns)):
             return over
         self._count("samples")
+        self._gap(t)
         self._seen(t - dt)
         self._seen(t)
         index, known, samples = s["index"], s["known"], s["samples"]
@@ -394,7 +421,7 @@ class NodeCore:
             closed = s["closed_ms"] = minute_floor(first)
         before = closed
         # alerts first: the idle detector runs ahead of the stored minutes (alert lateness)
-        awm = seen - self.cfg.alert_lateness_ms
+        awm = seen - self.alert_wait()
         judged = s.get("judged_ms")
         if judged is None or judged < closed:
             judged = s["judged_ms"] = closed

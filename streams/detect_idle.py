@@ -1,13 +1,13 @@
 """Idle-GPU episodes of one node's allocations, minute by closed minute (pure, JSON state).
 
 Matches the simulator's ground truth (gpugap/simulator/truth.py): an idle minute is a whole UTC
-minute wholly inside an allocation, with telemetry, whose time-weighted activity is below the
-class threshold; an idle run is at least N consecutive idle minutes of one GPU; overlapping or
-adjacent runs on GPUs of the same allocation are one episode. The alert opens when the first
-run reaches N minutes (``opened_at`` = the end of that minute, in event time), updates when a
-GPU joins and every ``update_every`` minutes, and resolves once no GPU of the allocation has an
-idle run that could still join (``resolved_at`` = the end of the last idle minute, ``time``
-= the end of the minute that showed it).
+minute wholly inside an allocation, with telemetry, whose activity time-weighted over the
+seconds its samples cover is below the class threshold; an idle run is at least N consecutive
+idle minutes of one GPU; overlapping or adjacent runs on GPUs of the same allocation are one
+episode. The alert opens when the first run reaches N minutes (``opened_at`` = the end of that
+minute, in event time), updates when a GPU joins and every ``update_every`` minutes, and
+resolves once no GPU of the allocation has an idle run that could still join (``resolved_at``
+= the end of the last idle minute, ``time`` = the end of the minute that showed it).
 
 Episodes are per node (the core is per node); streams/merge_alerts.py merges the episodes of
 a multi-node allocation into one alert.
@@ -25,14 +25,17 @@ __all__ = ["Exemption", "IdleConfig", "is_idle_minute", "observe"]
 
 
 def is_idle_minute(row: GpuMinute, threshold: float) -> bool:
-    """Held the whole minute and below the threshold: the device's own activity (a MIG
-    slice's or a shared GPU's seconds count at their share, the ratio is the same)."""
+    """Held the whole minute, measured for some of it, and below the threshold over the
+    seconds measured: the device's own activity (a MIG slice's or a shared GPU's seconds
+    count at their share, the ratio is the same). Unmeasured seconds (a lost sample) neither
+    make a minute idle nor busy; a minute with none measured is not idle."""
     held_s = row.device_s if row.device_s is not None else row.allocated_s
+    measured = row.measured
     return (
         row.allocation_id is not None
         and held_s >= MINUTE_S
-        and not row.no_samples
-        and row.consumed_gpu_s < threshold * row.allocated_s
+        and measured > 0
+        and row.consumed_gpu_s < threshold * measured
     )
 
 

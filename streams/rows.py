@@ -129,9 +129,12 @@ def node_minutes(
         for (aid, lo, hi), part in zip(mine, shared(mine), strict=True):
             u = window.usage([(lo, hi)], eff)
             consumed: float = u.consumed
+            covered: float = u.covered_ms
             held_ms: float = hi - lo
             if part is not None:  # held with others: each its share of each moment
-                consumed = sum(window.usage([(b, e)], eff).consumed / k for b, e, k in part)
+                pieces = [(window.usage([(b, e)], eff), k) for b, e, k in part]
+                consumed = sum(p.consumed / k for p, k in pieces)
+                covered = sum(p.covered_ms / k for p, k in pieces)
                 held_ms = sum((e - b) / k for b, e, k in part)
             a = s["allocs"][aid]
             rows.append(
@@ -143,6 +146,7 @@ def node_minutes(
                     span_ms=hi - lo,
                     share=share * held_ms / (hi - lo),
                     consumed_ms=consumed * share,
+                    measured_ms=covered * share,
                     physical=parent,
                     a=a,
                     policy=policy(a),
@@ -162,6 +166,7 @@ def node_minutes(
                         span_ms=free_ms,
                         share=share,
                         consumed_ms=u.consumed * share,
+                        measured_ms=u.covered_ms * share,
                         physical=parent,
                         a=None,
                         policy=None,
@@ -216,6 +221,7 @@ def unsliced_rows(s: NodeState, m0: int, minute: datetime) -> list[GpuMinute]:
                 span_ms=m1 - since,
                 share=rest,
                 consumed_ms=0.0,
+                measured_ms=(m1 - since) * rest,
                 physical=None,
                 a=None,
                 policy=None,
@@ -234,17 +240,20 @@ def row(
     span_ms: int,
     share: float,
     consumed_ms: float,
+    measured_ms: float,
     physical: str | None,
     a: AllocState | None,
     policy: IdlePolicy | None,
     unsliced: bool = False,
 ) -> GpuMinute:
-    """``span_ms`` of the device counted at ``share`` of a physical GPU, ``consumed_ms`` in
-    GPU-equivalents (``u`` says how busy the device was). ``unsliced``: the part of a MIG GPU
-    in no slice, no device of its own (device_s 0) and nothing to measure (it runs nothing).
-    A minute is unmeasured when no sample had an activity reading (NVML has none for a MIG
-    slice: its samples say memory and power, not how busy it was)."""
+    """``span_ms`` of the device counted at ``share`` of a physical GPU, ``consumed_ms`` and
+    ``measured_ms`` (the part some sample with an activity reading covered) in GPU-equivalents
+    (``u`` says how busy the device was). ``unsliced``: the part of a MIG GPU in no slice, no
+    device of its own (device_s 0) and measured whole (it runs nothing). Seconds no sample
+    covers are unmeasured, whole minutes or a sample's worth inside one (NVML has no activity
+    reading for a MIG slice: its samples say memory and power, not how busy it was)."""
     secs = span_ms / SECOND_MS * share
+    measured = min(measured_ms / SECOND_MS, secs)
     device_s = 0.0 if unsliced else span_ms / SECOND_MS
     avg = u.activity_avg
     return trusted(
@@ -255,7 +264,7 @@ def row(
             "gpu_uuid": g,
             "minute": minute,
             "allocated_s": secs if a is not None else 0.0,
-            "consumed_gpu_s": min(consumed_ms / SECOND_MS, secs),
+            "consumed_gpu_s": min(consumed_ms / SECOND_MS, measured),
             "unallocated_s": 0.0 if a is not None else secs,
             "device_s": device_s,
             "gpu_share": share,
@@ -267,6 +276,7 @@ def row(
             "power_w_avg": u.power,
             "sample_count": u.sample_count,
             "no_samples": u.covered_ms == 0 and not unsliced,
+            "measured_s": measured,
             "allocation_id": a["id"] if a else None,
             "scheduler": ENUMS["s:" + a["scheduler"]] if a else None,
             "workload_class": ENUMS["c:" + a["cls"]] if a else None,

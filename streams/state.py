@@ -116,6 +116,10 @@ class NodeState(TypedDict):
     idle: IdleState
     counts: dict[str, int]
     judged_ms: NotRequired[int]  # every minute before this has been through the idle alerts
+    #: the latest node sample's time, and the last few gaps between node samples (ms): the
+    #: idle alerts wait one observed interval for a minute's covering sample (core.alert_wait)
+    sampled_ms: NotRequired[int]
+    gaps: NotRequired[list[int]]
 
 
 def new_node_state(cluster: str, node: str) -> NodeState:

@@ -34,6 +34,8 @@ MINUTE_COLUMNS = [
     "power_dw",
     "sample_count",
     "no_samples",
+    "measured_ms",
+    "coverage_grain",
     "idle_threshold_bp",
     "idle_after_minutes",
     "ingested_at",
@@ -115,9 +117,11 @@ DEAD_LETTER_COLUMNS = [
 ]
 
 # idle minutes by the threshold the stream stamped on the minute (its policy), else, for rows
-# from before, by the class's in idle_policy (the stream's, from GPUGAP_IDLE_*); and only a
-# minute the allocation held whole, as the stream's alerts count them: a pod bound at 01:11:03
-# has no idle minute 01:11 (its 57 s are allocated, measured and consumed as they were)
+# from before, by the class's in idle_policy (the stream's, from GPUGAP_IDLE_*), on the seconds
+# some sample covered (consumed < threshold x measured); and only a minute the allocation held
+# whole, as the stream's alerts count them: a pod bound at 01:11:03 has no idle minute 01:11
+# (its 57 s are allocated, measured and consumed as they were). Unmeasured seconds are the
+# allocated ones no sample covered (a lost scrape), by the second (migration 014)
 #: (columns unqualified: read on gpu_minutes alone, or joined to idle_policy, which has none of
 #: them; the recommenders' idle episodes use it too)
 WHOLE_MINUTE_HELD = "allocated_ms >= 60000 * if(gpu_share > 0, gpu_share, 1) - 1"
@@ -128,15 +132,16 @@ INSERT INTO gpu_hours (hour, cluster, node, gpu_uuid, allocation_id, scheduler,
     memory_minutes, device_s, physical_uuid, version)
 SELECT toStartOfHour(m.minute) AS hour, m.cluster, m.node, m.gpu_uuid, m.allocation_id,
     any(m.scheduler), any(m.workload_class), any(m.owner), any(m.team), any(m.gang_id),
-    sum(m.allocated_ms) / 1000, sumIf(m.allocated_ms, m.no_samples = 1) / 1000,
+    sum(m.allocated_ms) / 1000,
+    sum(m.allocated_ms - least(m.measured_ms, m.allocated_ms)) / 1000,
     sum(m.unallocated_ms) / 1000, sum(m.consumed_ms) / 1000, count(),
-    countIf(WHOLE_MINUTE_HELD AND m.no_samples = 0
+    countIf(WHOLE_MINUTE_HELD AND m.measured_ms > 0
         AND m.consumed_ms < if(m.idle_after_minutes > 0, m.idle_threshold_bp / 10000,
-            p.threshold) * m.allocated_ms) AS idle,
+            p.threshold) * m.measured_ms) AS idle,
     -- an idle minute counts the share of a GPU its row held (rows before shares: whole)
-    sumIf(60 * if(m.gpu_share > 0, m.gpu_share, 1), WHOLE_MINUTE_HELD AND m.no_samples = 0
+    sumIf(60 * if(m.gpu_share > 0, m.gpu_share, 1), WHOLE_MINUTE_HELD AND m.measured_ms > 0
         AND m.consumed_ms < if(m.idle_after_minutes > 0, m.idle_threshold_bp / 10000,
-            p.threshold) * m.allocated_ms),
+            p.threshold) * m.measured_ms),
     max(m.activity_max_bp) / 10000, max(m.memory_used_mib),
     countIf(m.no_samples = 0 AND m.memory_used_mib > 0), sum(m.device_ms) / 1000,
     any(m.physical_uuid), now64(3)
@@ -208,6 +213,9 @@ def minute_row(m: GpuMinute, now: datetime) -> list[Any]:
         min(round((m.power_w_avg or 0.0) * 10), 65_535),
         min(m.sample_count, 255),
         int(m.no_samples),
+        # a record from a worker before coverage by the second: measured by the minute
+        minute_ms(m.measured),
+        "second" if m.measured_s is not None else "minute",
         round(m.idle_threshold * 10_000) if m.idle_threshold is not None else 0,
         min(m.idle_after_minutes or 0, 65_535),
         now,

@@ -125,13 +125,14 @@ FROM (
         arraySort(groupArrayIf(toUInt32(toUnixTimestamp(minute) / 60), all_idle)) AS idle
     FROM (
         SELECT cluster, allocation_id, minute,
-            -- idle: below the threshold for a minute held whole (warehouse.rows.ROLLUP)
+            -- idle: below the threshold over its measured seconds, for a minute held whole
+            -- (warehouse.rows.ROLLUP)
             min(consumed_ms < if(idle_threshold_bp > 0, idle_threshold_bp / 10000,
-                class_threshold) * allocated_ms AND {WHOLE_MINUTE_HELD}) AS all_idle
+                class_threshold) * measured_ms AND {WHOLE_MINUTE_HELD}) AS all_idle
         FROM gpu_minutes
         WHERE toStartOfHour(minute) >= toStartOfHour({_W}) AND minute >= {_W}
             AND minute < {_U} AND allocation_id IN (SELECT allocation_id FROM candidates)
-            AND no_samples = 0
+            AND measured_ms > 0
             AND allocated_ms > 0
         GROUP BY cluster, allocation_id, minute
     )

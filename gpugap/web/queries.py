@@ -135,8 +135,9 @@ def _series_source(f: Filters) -> tuple[str, str, dict[str, Any]]:
 # divide by 3600: GPU-hours, so a range's minutes add up to its hours
 _MINUTE_GAP = (
     "sum(allocated_ms) / 3.6e6 AS allocated, sum(consumed_ms) / 3.6e6 AS consumed, "
-    "(sum(allocated_ms) - sumIf(allocated_ms, no_samples = 1)) / 3.6e6 - sum(consumed_ms) / 3.6e6 "
-    "AS gap, sumIf(allocated_ms, no_samples = 1) / 3.6e6 AS unmeasured"
+    "(sum(allocated_ms) - sum(allocated_ms - least(measured_ms, allocated_ms))) / 3.6e6 "
+    "- sum(consumed_ms) / 3.6e6 AS gap, "
+    "sum(allocated_ms - least(measured_ms, allocated_ms)) / 3.6e6 AS unmeasured"
 )
 _VIEW_GAP = (
     "sum(allocated_gpu_h) AS allocated, sum(consumed_gpu_h) AS consumed, sum(gap_gpu_h) AS gap, "

@@ -32,6 +32,8 @@ GOLDEN_0_1 = Path(__file__).with_name("snapshot_golden_0.1.json")
 GOLDEN_BEFORE_SPANS = Path(__file__).with_name("snapshot_golden_before_spans.json")
 #: what the worker wrote before GPU shares (idle runs without their GPU-equivalent seconds)
 GOLDEN_BEFORE_SHARES = Path(__file__).with_name("snapshot_golden_before_shares.json")
+#: what the worker wrote before nodes kept their sample gaps (the idle alerts' wait)
+GOLDEN_BEFORE_GAPS = Path(__file__).with_name("snapshot_golden_before_gaps.json")
 CFG = CoreConfig(idle=IdleConfig(minutes=3))
 CUT = "10:16:00"  # the snapshot is taken after the records up to here
 
@@ -181,6 +183,19 @@ def test_a_checkpoint_from_before_shares_restores_and_goes_on_alike() -> None:
     old = json.loads(GOLDEN_BEFORE_SHARES.read_text())
     runs = json.loads(old["node:hpc/n1"])["idle"]["runs"]
     assert runs and all(len(r) == 2 for r in runs.values())
+    restored = Join(Null(), "", CFG)
+    restored.restore({k.encode(): zlib.compress(v.encode()) for k, v in old.items()})
+    original, _ = snapshot_now()
+    _, after = up_to(CUT)
+    assert feed(restored.proc, after) == feed(original.proc, after)
+    assert written(restored) == written(original)
+
+
+def test_a_checkpoint_from_before_sample_gaps_restores_and_goes_on_alike() -> None:
+    """A node restored without its sample gaps waits its stated interval until it has seen
+    some (10 s here: the alert lateness rules); its next samples fill them in."""
+    old = json.loads(GOLDEN_BEFORE_GAPS.read_text())
+    assert "gaps" not in json.loads(old["node:hpc/n1"])
     restored = Join(Null(), "", CFG)
     restored.restore({k.encode(): zlib.compress(v.encode()) for k, v in old.items()})
     original, _ = snapshot_now()
