@@ -3,7 +3,8 @@ they happen, and the scenario's faults (duplicates, late delivery, malformed byt
 
 Delivery order is event time, except for what a fault delays: a late record is held back and
 delivered after records with later event times; a duplicate is delivered again, unchanged,
-a little later. Malformed records are raw bytes next to the record they were made from.
+a little later. Malformed records are raw bytes next to the record they were made from. A lost
+node sample (a missed scrape, loss.py) is never sent at all: not late, not duplicated.
 Every Kafka timestamp is the record's event time.
 """
 
@@ -26,6 +27,7 @@ from gpugap.simulator import scenario
 from gpugap.simulator.activity import NOISE, NOISE_MASK
 from gpugap.simulator.estate import Node
 from gpugap.simulator.events import encoded, scheduler_events
+from gpugap.simulator.loss import first_sample, lost_samples
 from gpugap.simulator.plan import INF, Plan
 from gpugap.simulator.wire import Clock, NodeWire, gpu_json
 
@@ -37,6 +39,7 @@ class Stats:
     records: Counter[str] = field(default_factory=Counter)  # messages sent, by topic
     duplicates: Counter[str] = field(default_factory=Counter)
     late: Counter[str] = field(default_factory=Counter)
+    lost: Counter[str] = field(default_factory=Counter)  # never sent (missed scrapes)
     malformed: Counter[str] = field(default_factory=Counter)  # by '<topic>:<variant>'
     gpu_samples: int = 0
     bytes: int = 0  # of valid records
@@ -50,6 +53,7 @@ class Stats:
             "records": dict(sorted(self.records.items())),
             "duplicates": dict(sorted(self.duplicates.items())),
             "late": dict(sorted(self.late.items())),
+            "lost": dict(sorted(self.lost.items())),
             "malformed": dict(sorted(self.malformed.items())),
             "gpu_samples": self.gpu_samples,
             "bytes": self.bytes,
@@ -106,7 +110,7 @@ class Emitter:
         n = sent = gpus = nbytes = t = 0
         try:
             while nodes:
-                t, i, node, wire = nodes[0]
+                t, i, node, wire, gone = nodes[0]
                 if t - node.interval >= window:
                     heapq.heappop(nodes)
                     continue
@@ -119,40 +123,52 @@ class Emitter:
                     await asyncio.sleep(0)  # let the Kafka client's tasks and signals in
                     if stop is not None and stop.is_set():
                         break
-                if t >= until[i]:
-                    states[i], until[i] = node_state(node, t)
-                val = sample_json(states[i], t, wire, clock)
-                gpus += len(states[i])
+                # drawn for a lost sample too, so which other samples are late, duplicated
+                # or malformed does not depend on which ones are lost
                 r = rng.random() if s_any else 1.0
-                if r >= s_late:
-                    await send(SAMPLES, wire.key, val, clock.origin_ms + t * 1000)
-                    sent += 1
-                    nbytes += len(val)
-                if r < s_any:
-                    await self._sample_fault(pub, r, (SAMPLES, wire.key, val, t))
-                heapq.heapreplace(nodes, (t + node.interval, i, node, wire))
+                if t in gone:  # a missed scrape (loss.py): nothing is sent, ever
+                    self._lose(r)
+                else:
+                    if t >= until[i]:
+                        states[i], until[i] = node_state(node, t)
+                    val = sample_json(states[i], t, wire, clock)
+                    gpus += len(states[i])
+                    if r >= s_late:
+                        await send(SAMPLES, wire.key, val, clock.origin_ms + t * 1000)
+                        sent += 1
+                        nbytes += len(val)
+                    if r < s_any:
+                        await self._sample_fault(pub, r, (SAMPLES, wire.key, val, t))
+                heapq.heapreplace(nodes, (t + node.interval, i, node, wire, gone))
             else:
                 while queue:
                     await self._deliver(pub, heapq.heappop(queue)[3])
                 stats.complete = True
             await pub.flush()
         finally:
-            stats.records[SAMPLES.name] += sent
-            stats.bytes += nbytes
-            stats.gpu_samples += gpus
-            stats.until = t
-            stats.seconds = time.perf_counter() - started
+            self._tally(sent, nbytes, gpus, t, started)
         return stats
 
-    def _nodes(self) -> list[tuple[int, int, Node, NodeWire]]:
-        """A heap of (next sample time, order, node, its wire parts)."""
+    def _tally(self, sent: int, nbytes: int, gpus: int, t: int, started: float) -> None:
+        """Add the node samples' counts to the stats (kept in locals on the hot path)."""
+        stats = self.stats
+        stats.records[SAMPLES.name] += sent
+        stats.bytes += nbytes
+        stats.gpu_samples += gpus
+        stats.until = t
+        stats.seconds = time.perf_counter() - started
+
+    def _nodes(self) -> list[tuple[int, int, Node, NodeWire, frozenset[int]]]:
+        """A heap of (next sample time, order, node, its wire parts, the times of its samples
+        that are lost: the same function the truth leaves them out by)."""
+        seed, rate = self.sc.scenario.seed, self.sc.faults.sample_loss_rate
         nodes = []
         for i, node in enumerate(self.plan.estate.nodes):
             for d in node.devices:
                 d.cursor = 0
                 d.idle_json = gpu_json(d, None, 0)
-            first = node.offset if node.offset > 0 else node.interval
-            nodes.append((first, i, node, NodeWire(node)))
+            gone = lost_samples(seed, rate, node, self.window)
+            nodes.append((first_sample(node), i, node, NodeWire(node), gone))
         heapq.heapify(nodes)
         return nodes
 
@@ -177,6 +193,17 @@ class Emitter:
             kind[SAMPLES.name] += 1
         else:
             await self._malformed(pub, msg)
+
+    def _lose(self, r: float) -> None:
+        """Count a lost sample, and make the draws ``_sample_fault`` would have made for it
+        (none if its draw ``r`` is no fault), sending nothing."""
+        self.stats.lost[SAMPLES.name] += 1
+        f = self.sc.faults
+        delayed = f.sample_late_rate + f.sample_duplicate_rate
+        if r < delayed:
+            self._rng.randint(1, f.sample_max_delay)  # its delay
+        elif r < delayed + f.malformed_rate:
+            self._rng.randrange(4)  # _malformed's variant
 
     async def _pace(self, pub: Publisher, stop: asyncio.Event | None, due: float) -> None:
         """Wait until the wall clock reaches ``due`` (flushing first, so consumers see data)."""

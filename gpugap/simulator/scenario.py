@@ -121,6 +121,11 @@ class Faults(Spec):
     sample_duplicate_rate: Rate = 0.0
     sample_late_rate: Rate = 0.0
     sample_max_delay: Seconds = Field(default=30, ge=1)
+    sample_loss_rate: Rate = Field(
+        default=0.0,
+        description="node samples never sent, as a missed scrape: the seconds they covered "
+        "are unmeasured",
+    )
     malformed_rate: Rate = 0.0
 
 

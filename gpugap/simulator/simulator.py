@@ -28,6 +28,9 @@ Conventions that consumers (the stream, the tests) rely on:
   class (the default rules apply). Slurm ``account`` and pod ``team`` are the team.
 - **Malformed records**: raw bytes next to a good record (truncated, not JSON, naive time,
   out of range / wrong type). In JSONL they are ``{"topic","key","value_b64"}`` lines.
+- **Lost samples** (``faults.sample_loss_rate``): node samples never sent, as missed scrapes;
+  their seconds are unmeasured in the truth. The first sample naming a pod on a device is
+  never lost (see gpugap/simulator/loss.py).
 - **Ground truth** (``--truth``, default ``<out without .jsonl>.truth.json``) is computed from
   the model, restricted to the window ``[start, start + duration)``: see gpugap/simulator/truth.py.
 """

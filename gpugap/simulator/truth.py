@@ -4,9 +4,17 @@ emitted events: a consumer that reads the events and gets these numbers is right
 Everything is restricted to the window ``[start, start + duration)``. GPU-seconds consumed
 are integrated from the same slot values the samples carry (activity is constant on each
 node's sample grid), in integers (thousandths x seconds), so they are exact. Idle: a whole
-UTC minute wholly inside an allocation whose time-weighted activity is below the threshold;
-an idle episode is a run of at least ``idle_minutes`` such minutes on a GPU, and overlapping
-or adjacent runs on GPUs of the same allocation are one episode.
+UTC minute wholly inside an allocation, with at least one measured second, whose activity
+time-weighted over its measured seconds is below the threshold; an idle episode is a run of at
+least ``idle_minutes`` such minutes on a GPU, and overlapping or adjacent runs on GPUs of the
+same allocation are one episode.
+
+Lost samples (``faults.sample_loss_rate``, loss.py: the same function the emitter drops them
+by): a sample covers ``(T - interval, T]``; a lost one leaves those seconds *unmeasured*
+(DESIGN.md "Coverage is by the second"). They consume nothing, are neither idle nor busy (a
+minute with no measured second breaks an idle run), and each allocation and rollup says how
+many of its held GPU-seconds were unmeasured (``unmeasured_gpu_s``). Without losses every
+held second is measured: the first sample of a node covers 0, and it samples past the end.
 
 GPU-seconds are GPU-equivalents (docs/architecture.md): a MIG slice counts its share of its
 physical GPU (``schemas.shares.mig_share``: 1g.10gb of an A100 = 1/7), in its allocated,
@@ -22,8 +30,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
@@ -33,6 +42,7 @@ from gpugap.schemas.types import format_utc
 from gpugap.simulator import scenario
 from gpugap.simulator.activity import milli, value
 from gpugap.simulator.estate import Device
+from gpugap.simulator.loss import lost_samples
 from gpugap.simulator.plan import INF, Allocation, Holding, Plan
 
 
@@ -74,9 +84,16 @@ class Shares:
         return out
 
 
-def integrate(h: Holding, window: int, minutes: list[int] | None = None, m0: int = 0) -> int:
+def integrate(
+    h: Holding,
+    window: int,
+    minutes: list[int] | None = None,
+    m0: int = 0,
+    lost: Collection[int] = (),
+) -> int:
     """Consumed thousandth-GPU-seconds of ``h`` inside the window; optionally add each slot's
-    share to the per-minute sums ``minutes`` (minute ``m0`` first)."""
+    share to the per-minute sums ``minutes`` (minute ``m0`` first). The slots of ``lost``
+    samples (times of the device's node) are unmeasured: they consume nothing."""
     d = h.device
     node_interval = d.interval
     off = d.offset
@@ -87,7 +104,7 @@ def integrate(h: Holding, window: int, minutes: list[int] | None = None, m0: int
     total = 0
     prog, base, q = h.program, d.noise_base, d.quantum
     while t < stop:
-        a = value(prog, base, q, t, node_interval)
+        a = value(prog, base, q, t, node_interval) if t not in lost else 0
         if a:
             total += a * (min(t, window) - max(t - node_interval, 0))
             if minutes is not None:
@@ -102,10 +119,73 @@ def integrate(h: Holding, window: int, minutes: list[int] | None = None, m0: int
     return total
 
 
+def unmeasured(
+    s: int,
+    e: int,
+    interval: int,
+    lost: list[int],
+    *,
+    measured: list[int] | None = None,
+    m0: int = 0,
+) -> int:
+    """Seconds of ``[s, e)`` that the ``lost`` samples (sorted times on a grid of ``interval``)
+    would have covered; optionally take them off the per-minute measured seconds ``measured``
+    (minute ``m0`` first). A slot ``(T - interval, T]`` meets ``[s, e)`` when ``s < T`` and
+    ``T - interval < e``."""
+    total = 0
+    for t in lost[bisect_left(lost, s + 1) : bisect_left(lost, e + interval)]:
+        lo, hi = max(t - interval, s), min(t, e)
+        total += hi - lo
+        if measured is not None:
+            m = lo // 60
+            while m * 60 < hi:
+                i = m - m0
+                if 0 <= i < len(measured):
+                    measured[i] -= min(hi, m * 60 + 60) - max(lo, m * 60)
+                m += 1
+    return total
+
+
+class Lost:
+    """The samples the emitter never sends (loss.py), per (cluster, node): as sets, to skip
+    their slots, and sorted, to find those that meet a span."""
+
+    def __init__(self, sc: scenario.Scenario, plan: Plan, window: int) -> None:
+        seed, rate = sc.scenario.seed, sc.faults.sample_loss_rate
+        self.at = {
+            (n.cluster, n.name): lost_samples(seed, rate, n, window) for n in plan.estate.nodes
+        }
+        self.sorted = {k: sorted(v) for k, v in self.at.items()}
+
+
+def _use(
+    a: Allocation, window: int, shares: Shares, lost: Lost, meta: scenario.Meta
+) -> tuple[int, int, list[tuple[int, int, str, int]]]:
+    """What the GPUs of ``a`` consumed and how much of their time is unmeasured (thousandths x
+    seconds x weight), and their idle runs."""
+    s, e = max(a.start, 0), min(a.end, window)
+    threshold = milli(meta.idle_threshold)  # thousandths, per measured second
+    consumed, missed, runs = 0, 0, []
+    m0, m1 = -(-s // 60), e // 60
+    for h in a.holdings:
+        d = h.device
+        node = d.cluster, d.node
+        minutes = [0] * max(0, m1 - m0)  # consumed, thousandths x seconds
+        measured = [60] * len(minutes)  # seconds some sent sample covers
+        w = shares[d]
+        consumed += integrate(h, window, minutes, m0, lost.at[node]) * w
+        hs, he = max(h.start, 0), min(h.end, window)
+        gone = unmeasured(hs, he, d.interval, lost.sorted[node], measured=measured, m0=m0)
+        missed += gone * w * 1000
+        runs += _idle_runs(
+            minutes, measured, m0, threshold=threshold, need=meta.idle_minutes, gpu=d.uuid, weight=w
+        )
+    return consumed, missed, runs
+
+
 def compute(sc: scenario.Scenario, plan: Plan, window: int) -> dict[str, Any]:
     meta = sc.scenario
     origin = meta.start
-    threshold = milli(meta.idle_threshold) * 60  # thousandths x seconds in one minute
     at = _clock(origin)
     devices = plan.estate.devices()
     shares = Shares(devices)
@@ -113,7 +193,9 @@ def compute(sc: scenario.Scenario, plan: Plan, window: int) -> dict[str, Any]:
     cap = {c: w * window * 1000 for c, w in shares.capacity(devices).items()}
     allocations, episodes = [], []
     dims = ("workload_class", "scheduler", "team", "cluster", "pattern")
-    agg: dict[str, dict[str, list[int]]] = {k: defaultdict(lambda: [0, 0, 0]) for k in dims}
+    # per dimension value: allocated, consumed, allocations, unmeasured
+    agg: dict[str, dict[str, list[int]]] = {k: defaultdict(lambda: [0, 0, 0, 0]) for k in dims}
+    lost = Lost(sc, plan, window)
     held_devices: set[str] = set()
     device_s = 0
     for a in plan.allocations:
@@ -122,14 +204,8 @@ def compute(sc: scenario.Scenario, plan: Plan, window: int) -> dict[str, Any]:
             continue
         allocated = (e - s) * sum(shares[h.device] for h in a.holdings) * 1000
         device_s += (e - s) * len(a.holdings)
-        consumed, runs = 0, []
-        m0, m1 = -(-s // 60), e // 60
-        for h in a.holdings:
-            held_devices.add(h.device.uuid)
-            minutes = [0] * max(0, m1 - m0)
-            w = shares[h.device]
-            consumed += integrate(h, window, minutes, m0) * w
-            runs += _idle_runs(minutes, m0, threshold, meta.idle_minutes, h.device.uuid, weight=w)
+        held_devices.update(h.device.uuid for h in a.holdings)
+        consumed, missed, runs = _use(a, window, shares, lost, meta)
         eps = _episodes(a, runs, at, shares.scale)
         episodes += eps
         for dim in dims:
@@ -137,14 +213,16 @@ def compute(sc: scenario.Scenario, plan: Plan, window: int) -> dict[str, Any]:
             sums[0] += allocated
             sums[1] += consumed
             sums[2] += 1
+            sums[3] += missed
         row = _allocation(a, at, window)
         row.update(
             allocated_gpu_s=allocated / unit,
             consumed_gpu_s=consumed / unit,
+            unmeasured_gpu_s=missed / unit,
             idle_gpu_s=sum((end - start) * w for start, end, _, w in runs) / shares.scale,
         )
         allocations.append(row)
-    unattributed, unattributed_by_cluster = _unattributed(plan, window, at, shares)
+    unattributed, unattributed_by_cluster = _unattributed(plan, window, at, shares, lost)
     by_cluster = _rollup(agg["cluster"], unit)
     for cluster, totals in by_cluster.items():
         held = agg["cluster"][cluster][0]
@@ -154,6 +232,7 @@ def compute(sc: scenario.Scenario, plan: Plan, window: int) -> dict[str, Any]:
     capacity = sum(cap.values())
     allocated_sum = sum(r[0] for r in agg["cluster"].values())
     consumed_sum = sum(r[1] for r in agg["cluster"].values())
+    unmeasured_sum = sum(r[3] for r in agg["cluster"].values())
     allocated_total, consumed_total = allocated_sum / unit, consumed_sum / unit
     return {
         "scenario": meta.name,
@@ -174,6 +253,8 @@ def compute(sc: scenario.Scenario, plan: Plan, window: int) -> dict[str, Any]:
             "allocated_gpu_s": allocated_total,
             "consumed_gpu_s": consumed_total,
             "gap_gpu_s": (allocated_sum - consumed_sum) / unit,
+            # held seconds no sent sample covers (lost samples): neither used nor idle
+            "unmeasured_gpu_s": unmeasured_sum / unit,
             "unallocated_gpu_s": (capacity - allocated_sum) / unit,
             "unattributed_consumed_gpu_s": sum(unattributed_by_cluster.values()) / unit,
             # device-level: seconds the allocations held devices, a MIG slice one device
@@ -193,16 +274,16 @@ def compute(sc: scenario.Scenario, plan: Plan, window: int) -> dict[str, Any]:
 
 
 def _unattributed(
-    plan: Plan, window: int, at: Any, shares: Shares
+    plan: Plan, window: int, at: Any, shares: Shares, lost: Lost
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Use on devices nobody holds, each at its share; and its sums per cluster (thousandths x
-    seconds x weight)."""
+    """Use on devices nobody holds, each at its share, in the slots of the samples sent; and
+    its sums per cluster (thousandths x seconds x weight)."""
     rows: list[dict[str, Any]] = []
     by_cluster: dict[str, int] = defaultdict(int)
     unit = 1000 * shares.scale
     for h in plan.unattributed:
         d = h.device
-        c = integrate(h, window) * shares[d]
+        c = integrate(h, window, lost=lost.at[d.cluster, d.node]) * shares[d]
         if c:
             by_cluster[d.cluster] += c
             rows.append(
@@ -234,6 +315,7 @@ def _rollup(rows: dict[str, list[int]], unit: int) -> dict[str, dict[str, Any]]:
             "allocated_gpu_s": v[0] / unit,
             "consumed_gpu_s": v[1] / unit,
             "gap_gpu_s": (v[0] - v[1]) / unit,
+            "unmeasured_gpu_s": v[3] / unit,
             "allocations": v[2],
         }
         for k, v in sorted(rows.items())
@@ -241,14 +323,24 @@ def _rollup(rows: dict[str, list[int]], unit: int) -> dict[str, dict[str, Any]]:
 
 
 def _idle_runs(
-    minutes: list[int], m0: int, threshold: int, need: int, gpu: str, *, weight: int
+    minutes: list[int],
+    measured: list[int],
+    m0: int,
+    *,
+    threshold: int,
+    need: int,
+    gpu: str,
+    weight: int,
 ) -> list[tuple[int, int, str, int]]:
-    """Runs of at least ``need`` idle minutes: (start, end, gpu, the device's weight). The
+    """Runs of at least ``need`` idle minutes: (start, end, gpu, the device's weight). A
+    minute is idle when some of it is measured and its consumption (thousandths x seconds) is
+    below ``threshold`` (thousandths) x its measured seconds: activity averaged over the
+    seconds measured, as the stream does; a minute with none measured breaks a run. The
     threshold is on the device's own activity (a slice's share scales its activity and its
-    seconds alike)."""
+    seconds alike). An idle minute counts whole in the run's seconds."""
     runs, first = [], None
-    for i, total in enumerate([*minutes, threshold]):  # a sentinel closes the last run
-        if total < threshold and i < len(minutes):
+    for i in range(len(minutes) + 1):  # one past the end closes the last run
+        if i < len(minutes) and measured[i] > 0 and minutes[i] < threshold * measured[i]:
             first = i if first is None else first
         elif first is not None:
             if i - first >= need:

@@ -132,7 +132,7 @@ def test_worker_killed_twice_gives_the_same_totals_and_alerts(
     seed = int(os.environ.get("KILL_SEED") or random.randrange(1 << 32))
     rng = random.Random(seed)
     kills = []
-    total = 2028  # messages the small scenario publishes (its summary line says so)
+    total = 1970  # messages the small scenario publishes (its summary line says so)
     for _ in range(2):
         port = free_port()
         worker = subprocess.Popen(
@@ -258,7 +258,8 @@ def verify(
     try:
         rows = client.query(
             "SELECT workload_class, scheduler, team, allocation_id, sum(allocated_gpu_h), "
-            "sum(consumed_gpu_h) FROM v_capacity_gap WHERE hour >= %(a)s AND hour < %(b)s "
+            "sum(consumed_gpu_h), sum(unmeasured_gpu_h) FROM v_capacity_gap "
+            "WHERE hour >= %(a)s AND hour < %(b)s "
             "GROUP BY workload_class, scheduler, team, allocation_id",
             parameters={"a": w0.replace(tzinfo=None), "b": w1.replace(tzinfo=None)},
         ).result_rows
@@ -269,20 +270,24 @@ def verify(
     finally:
         client.close()
     # per allocation first: a failure then names the allocation, not only its class
-    per_alloc = {r[3]: (r[4] * 3600, r[5] * 3600) for r in rows}
+    # unmeasured: the seconds lost samples would have covered (coverage by the second)
+    per_alloc = {r[3]: (r[4] * 3600, r[5] * 3600, r[6] * 3600) for r in rows}
     for a in truth["allocations"]:
-        g = per_alloc.get(a["id"], (0.0, 0.0))
+        g = per_alloc.get(a["id"], (0.0, 0.0, 0.0))
         assert close(g[0], a["allocated_gpu_s"]) and close(g[1], a["consumed_gpu_s"]), (a, g)
+        assert close(g[2], a.get("unmeasured_gpu_s", 0.0)), (a, g)
     assert set(per_alloc) == {a["id"] for a in truth["allocations"]}
     dims = {"by_class": 0, "by_scheduler": 1, "by_team": 2}
     for name, i in dims.items():
-        got: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        got: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         for r in rows:
             got[r[i]][0] += r[4] * 3600
             got[r[i]][1] += r[5] * 3600
+            got[r[i]][2] += r[6] * 3600
         for k, want in truth[name].items():
             assert close(got[k][0], want["allocated_gpu_s"]), (name, k, got[k], want)
             assert close(got[k][1], want["consumed_gpu_s"]), (name, k, got[k], want)
+            assert close(got[k][2], want.get("unmeasured_gpu_s", 0.0)), (name, k, got[k], want)
 
     # every idle episode and partial gang: exactly one alert, in time, resolved when it ended
     n = truth["idle"]["minutes"]
