@@ -41,15 +41,25 @@ BATCH = 20_000  # records per sink write (the sink's own batches are of this ord
 
 def simulate(scenario: str = "demo") -> list[Msg]:
     """What ``gpugap simulate --scenario NAME`` publishes, in publishing order."""
-    from gpugap.simulator import build
     from gpugap.simulator import scenario as scenarios
+
+    return emitted(scenarios.load(scenario))
+
+
+def emitted(sc: Any) -> list[Msg]:
+    """What the simulator publishes for the scenario ``sc`` (a loaded, maybe edited, one)."""
+    from gpugap.simulator import build
     from gpugap.simulator.emit import Emitter
 
-    sc = scenarios.load(scenario)
     window = sc.scenario.duration
     cap = Capture()
     asyncio.run(Emitter(sc, build(sc, window), window).run(cap))
     return cap.messages
+
+
+def worked(inputs: Sequence[Msg]) -> list[Msg]:
+    """What the worker publishes for ``inputs`` (its input topics' messages, in order)."""
+    return asyncio.run(_work(inputs))
 
 
 async def _work(inputs: Sequence[Msg]) -> list[Msg]:
@@ -62,7 +72,7 @@ async def _work(inputs: Sequence[Msg]) -> list[Msg]:
     return out.messages
 
 
-def _decoded(messages: Sequence[Msg]) -> list[Record]:
+def decoded(messages: Sequence[Msg]) -> list[Record]:
     records = []
     for topic, _, value, _ in messages:
         if topic in SINK_INPUTS:
@@ -93,7 +103,7 @@ def load(settings: ClickHouseSettings, scenario: str = "demo") -> dict[str, Any]
     produced = asyncio.run(_work(published))
     t2 = time.perf_counter()
     scheduler = [m for m in published if m[0] in (SLURM_JOBS.name, K8S_PODS.name)]
-    records = _decoded(produced) + _decoded(scheduler)
+    records = decoded(produced) + decoded(scheduler)
     asyncio.run(_store(settings, records))
     t3 = time.perf_counter()
     kinds: dict[str, int] = {}
