@@ -26,7 +26,8 @@ def register(sub: Any, cmd: Cmd) -> None:
         "report",
         _report,
         "GPU-hours allocated vs consumed and where the gap is: by dimension, top wasters, "
-        "unallocated capacity, Slurm padding, idle allocations and partial gangs now",
+        "unallocated capacity, Slurm padding, idle allocations and partial gangs now, work "
+        "lost to preemption, requeue, eviction, node failure and OOM",
     )
     # "--since -24h" reads as a value, not as an unknown option (argparse otherwise only lets
     # plain negative numbers through)

@@ -10,6 +10,7 @@ import time
 from datetime import UTC, date, datetime
 from typing import Any
 
+from gpugap.report import lost
 from gpugap.report.models import (
     DIMENSIONS,
     AllocationWaste,
@@ -122,6 +123,7 @@ def build_report(
         key=lambda r: (-r["padding_gpu_h"], r["user"], r["account"]),
     )
     gangs = q.rows("partial gangs now", sql.partial_gangs_now)
+    lost_rows = q.rows("lost work", lost.QUERY)
 
     def about(r: dict[str, Any]) -> dict[str, Any]:
         return meta.get((r["cluster"], r["allocation_id"]), {})
@@ -239,6 +241,7 @@ def build_report(
                 for r in gangs
             ],
         ),
+        lost_work=lost.lost_work(lost_rows),
     )
 
 

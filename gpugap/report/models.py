@@ -143,6 +143,25 @@ class PartialGangsNow(_Model):
     rows: list[PartialGang] = Field(description="most GPU-hours held first")
 
 
+class LostRow(_Model):
+    key: str = Field(description="the cause, or the team ('' when the scheduler named none)")
+    runs: int = Field(description="runs (allocations) that ended so in the window")
+    lost_gpu_h: float = Field(description="the GPU-hours they held: lost unless checkpointed")
+    consumed_gpu_h: float = Field(description="what they consumed of them")
+
+
+class LostWork(_Model):
+    """Runs that did not finish by their own doing (v_lost_work), ended in the window."""
+
+    runs: int
+    lost_gpu_h: float = Field(description="every GPU-hour the runs held, wherever it fell")
+    consumed_gpu_h: float
+    by_cause: list[LostRow] = Field(
+        description="preempted, requeued, node_failure, evicted, oom_killed: most lost first"
+    )
+    by_team: list[LostRow] = Field(description="most lost first, the top teams")
+
+
 class Report(_Model):
     """Allocated vs consumed GPU-hours, and where the gap is."""
 
@@ -161,6 +180,9 @@ class Report(_Model):
     slurm_padding: Padding
     idle_now: IdleNow
     partial_gangs_now: PartialGangsNow
+    lost_work: LostWork = Field(
+        description="work lost to preemption, requeue, eviction, node failure and OOM"
+    )
 
 
 def report_schema() -> dict[str, Any]:
