@@ -61,6 +61,12 @@ _ALERTS = (
     "GROUP BY cluster, kind, workload_class, team ORDER BY n DESC, cluster, kind, "
     f"workload_class, team LIMIT {MAX_SERIES}"
 )
+# work lost (v_lost_work) by runs that ended in the day before the data's newest minute
+_LOST = (
+    "SELECT cluster, cause, team, sum(lost_gpu_h) AS lost, count() AS runs FROM v_lost_work "
+    "WHERE end_time > (SELECT latest_minute FROM v_data_extent) - INTERVAL 1 DAY "
+    f"GROUP BY cluster, cause, team ORDER BY lost DESC, cluster, cause, team LIMIT {MAX_SERIES}"
+)
 _FRESH = f"SELECT cluster, toUnixTimestamp(m) + 60 AS t FROM {_LATEST} ORDER BY cluster"
 
 _GROUP = ("cluster", "scheduler", "workload_class", "team")
@@ -87,6 +93,11 @@ FAMILIES: Sequence[Family] = (
     Family("gpugap_idle_allocations", "allocations idle now (v_idle_now)", _IDLE, _GROUP, "n"),
     Family("gpugap_alerts_open", "open alerts (v_alerts_open)", _ALERTS,
            ("cluster", "kind", "workload_class", "team"), "n"),
+    Family("gpugap_lost_gpu_hours_24h", "GPU-hours held by runs that ended preempted, "
+           "requeued, on a failed node, evicted or OOM-killed in the 24 hours before the "
+           "newest data (v_lost_work)", _LOST, ("cluster", "cause", "team"), "lost"),
+    Family("gpugap_lost_runs_24h", "runs that ended so in those 24 hours (v_lost_work)", _LOST,
+           ("cluster", "cause", "team"), "runs"),
     Family("gpugap_data_latest_minute_seconds", "end of the latest complete minute stored, "
            "Unix time (how fresh the figures above are)", _FRESH, ("cluster",), "t"),
 )  # fmt: skip

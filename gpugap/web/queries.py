@@ -292,6 +292,19 @@ def queue_wait(f: Filters) -> Query:
     return bind(sql, f.bound())
 
 
+def lost_work(f: Filters) -> Query:
+    """Work lost (v_lost_work: runs preempted, requeued, on a failed node, evicted or
+    OOM-killed) that ended in the range, by cause and queue, most lost first."""
+    sql = (
+        "SELECT cause, cluster, queue, any(scheduler) AS scheduler, count() AS runs, "
+        "sum(lost_gpu_h) AS lost_gpu_h, sum(consumed_gpu_h) AS consumed_gpu_h "
+        f"FROM v_lost_work WHERE end_time >= {{since:{_T}}} AND end_time < {{until:{_T}}} "
+        f"AND {FILTER} GROUP BY cause, cluster, queue "
+        "ORDER BY lost_gpu_h DESC, cause, cluster, queue LIMIT {limit:UInt32}"
+    )
+    return bind(sql, f.bound())
+
+
 # --- cost: `gpugap report --cost`'s own queries (gpugap.cost.report) with the page's filters
 # on the columns the cost views carry: v_cost_hourly has cluster, team and class (unallocated
 # capacity has neither team nor class, so those filters leave it out); v_transfers has cluster
@@ -377,6 +390,7 @@ FILTERED: dict[str, Callable[[Filters], Query]] = {
     "unallocated": unallocated,
     "padding": padding,
     "queue_wait": queue_wait,
+    "lost_work": lost_work,
 }
 
 

@@ -263,3 +263,73 @@ def test_the_report_section(warehouse: ClickHouseSettings) -> None:
     assert f"{HEADING} (runs that ended in the window)\n  nothing lost: no run" in later_text
     rows = render(report, "csv").splitlines()
     assert "lost_work_by_cause,oom_killed,lost_gpu_h,1.2" in rows
+
+
+def test_the_page_table_is_the_view_by_cause_and_queue(warehouse: ClickHouseSettings) -> None:
+    """The web page's "Work lost" table (/api/lost_work): the view summed by cause and queue,
+    narrowed by the page's filters and range."""
+    from gpugap.web.params import filters
+    from gpugap.web.queries import lost_work
+
+    def page(**given: str) -> list[tuple[Any, ...]]:
+        span = {
+            "from": str(int(T0.timestamp())),
+            "to": str(int((T0 + timedelta(hours=1)).timestamp())),
+        }
+        f = filters({k: [v] for k, v in {**span, **given}.items()}, T0 + timedelta(hours=1))
+        q = lost_work(f)
+        c = connect(warehouse)
+        try:
+            rows = c.query(q.sql, parameters=q.params).named_results()
+            return [(r["cause"], r["queue"], r["runs"], r["lost_gpu_h"]) for r in rows]
+        finally:
+            c.close()
+
+    want: dict[tuple[str, str], list[float]] = {}
+    for _, cause, queue, _, _, lost, _ in ROWS:
+        sums = want.setdefault((cause, queue), [0, 0.0])
+        sums[0] += 1
+        sums[1] += lost
+    got = page()
+    assert sorted((c, q, n, round(h, 4)) for c, q, n, h in got) == sorted(
+        (c, q, n, round(h, 4)) for (c, q), (n, h) in want.items()
+    )
+    assert got[0][:2] == ("node_failure", "big")  # most lost first
+    assert {c for c, *_ in page(team="research")} == {"evicted", "oom_killed", "preempted"}
+    assert page(cluster="elsewhere") == []
+
+
+def test_the_metrics_gauges_sum_the_last_day(warehouse: ClickHouseSettings) -> None:
+    """gpugap web's /metrics: lost GPU-hours and runs per cluster, cause and team over the day
+    before the newest data (all of this estate's runs)."""
+    import asyncio
+    import re
+
+    from gpugap.web.metrics import Exporter
+    from gpugap.web.queries import Query
+
+    c = connect(warehouse)
+
+    async def run(q: Query) -> tuple[list[str], list[Any]]:
+        result = c.query(q.sql, parameters=q.params)
+        return list(result.column_names), [list(r) for r in result.result_rows]
+
+    try:
+        text = asyncio.run(Exporter(run).text())
+    finally:
+        c.close()
+    series = re.compile(r'^(gpugap_lost_\w+)\{cluster="c",cause="(\w+)",team="(\w+)"\} (\S+)$')
+    got: dict[tuple[str, str], list[float]] = {}
+    for line in text.splitlines():
+        if m := series.match(line):
+            sums = got.setdefault((m[2], m[3]), [0.0, 0.0])
+            sums[0 if m[1] == "gpugap_lost_gpu_hours_24h" else 1] = float(m[4])
+    want: dict[tuple[str, str], list[float]] = {}
+    for _, cause, _, team, _, lost, _ in ROWS:
+        sums = want.setdefault((cause, team), [0.0, 0.0])
+        sums[0] += lost
+        sums[1] += 1
+    assert got.keys() == want.keys()
+    for key, (lost, runs) in want.items():
+        assert got[key] == [pytest.approx(lost), runs], key
+    assert "gpugap_warehouse_up 1" in text

@@ -255,6 +255,12 @@ def test_now_tables_and_padding_are_the_views(tab: Tab, demo_warehouse: DemoWare
         s=since, u=until,
     )[0]  # fmt: skip
     assert len(table(tab, "t-padding")) == min(padded[0], 25)
+    lost = demo_warehouse.one(
+        "SELECT count() FROM (SELECT DISTINCT cause, cluster, queue FROM v_lost_work WHERE "
+        "end_time >= toDateTime({s:UInt32}, 'UTC') AND end_time < toDateTime({u:UInt32}, 'UTC'))",
+        s=since, u=until,
+    )  # fmt: skip
+    assert len(table(tab, "t-lost")) == min(lost, 25)
     assert tab.value("sum-padding") == pytest.approx(float(padded[1] or 0), abs=1e-3)
     queues = demo_warehouse.rows(
         "SELECT cluster, queue, sum(gpu_h_waited) FROM v_queue_wait WHERE "

@@ -232,11 +232,12 @@ function drawCost(cost) {
 
 async function loadEstate(s) {
   const q = apiParams(s);
-  const [sum, ts, split, top, idle, gangs, alerts, free, padding, queue, cost] =
+  const [sum, ts, split, top, idle, gangs, alerts, free, padding, queue, cost, lost] =
     await Promise.all([
       api("summary", q), api("timeseries", apiParams(s, { by: s.by })), api("split", q),
       api("top_waste", q), api("idle_now", q), api("partial_gangs", q), api("alerts", q),
-      api("unallocated", q), api("padding", q), api("queue_wait", q), api("cost", q)]);
+      api("unallocated", q), api("padding", q), api("queue_wait", q), api("cost", q),
+      api("lost_work", q)]);
   card("sum-allocated", sum.allocated_gpu_h);
   card("sum-consumed", sum.consumed_gpu_h);
   card("sum-gap", sum.gap_gpu_h);
@@ -269,6 +270,9 @@ async function loadEstate(s) {
   drawPadding(padded);
   renderTable($("t-queue"), cols(queue.columns), records(queue), { sortKey: "waited_gpu_h",
     empty: "no work with a submit time started in the range" });
+  renderTable($("t-lost"), cols(lost.columns), records(lost), { sortKey: "lost_gpu_h",
+    empty: "nothing lost: no run ended preempted, requeued, on a failed node, evicted or " +
+      "OOM-killed" });
   drawCost(cost);
   return `${fmtTime(s.since)} – ${fmtTime(s.until)} UTC · ${top.rows.length} top allocations`;
 }
