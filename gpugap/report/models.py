@@ -109,7 +109,7 @@ class IdleAllocation(_Model):
     owner: str
     team: str
     gpus: int
-    activity: float = Field(description="consumed / allocated over its idle window, 0..1")
+    activity: float = Field(description="consumed / measured over its idle window, 0..1")
     last_minute: datetime
     idle_minutes: int = Field(
         description="its idle window: every measured GPU-minute of its last idle_minutes of "
