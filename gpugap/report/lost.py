@@ -1,7 +1,7 @@
 """The report's lost work: GPU-hours of runs that did not finish by their own doing (preempted,
 requeued, node failure, evicted, OOM-killed; v_lost_work, "Lost GPU-hours" in
 docs/architecture.md#units-and-definitions), for the runs that ended in the window: totals, by
-cause and by team.
+cause, class, team and queue.
 
 A run's lost GPU-hours are all it held, wherever they fell: a run that ended in the window
 counts whole, one that ended after it not at all."""
@@ -18,13 +18,20 @@ HEADING = "Work lost to preemption, requeue, eviction, node failure and OOM"
 _T = "DateTime('UTC')"
 _ENDED = f"FROM v_lost_work WHERE end_time >= {{since:{_T}}} AND end_time < {{until:{_T}}}"
 _SUMS = "count() AS runs, sum(lost_gpu_h) AS lost, sum(consumed_gpu_h) AS consumed"
-# one row of totals, one per cause, one per team (the top ones): part says which
+# one row of totals, one per cause and per class, one per team and per queue (the top ones):
+# part says which. A queue is the Slurm partition or the namespace, named with its cluster.
 QUERY = (
     f"(SELECT 'total' AS part, '' AS key, {_SUMS} {_ENDED}) "
     f"UNION ALL (SELECT 'cause' AS part, cause AS key, {_SUMS} {_ENDED} GROUP BY cause) "
+    f"UNION ALL (SELECT 'class' AS part, workload_class AS key, {_SUMS} {_ENDED} "
+    "GROUP BY workload_class) "
     f"UNION ALL (SELECT 'team' AS part, team AS key, {_SUMS} {_ENDED} GROUP BY team "
-    "ORDER BY lost DESC, key LIMIT {top:UInt32})"
+    "ORDER BY lost DESC, key LIMIT {top:UInt32}) "
+    f"UNION ALL (SELECT 'queue' AS part, concat(cluster, '/', queue) AS key, {_SUMS} {_ENDED} "
+    "GROUP BY key ORDER BY lost DESC, key LIMIT {top:UInt32})"
 )
+#: the breakdowns, in the order the table prints them
+PARTS = ("cause", "class", "team", "queue")
 
 
 def _h(value: Any) -> float:
@@ -53,7 +60,9 @@ def lost_work(rows: list[dict[str, Any]]) -> LostWork:
         lost_gpu_h=_h(total.get("lost")),
         consumed_gpu_h=_h(total.get("consumed")),
         by_cause=part("cause"),
+        by_class=part("class"),
         by_team=part("team"),
+        by_queue=part("queue"),
     )
 
 
@@ -72,8 +81,9 @@ def text(lost: LostWork, width: int) -> list[str]:
         f"  {runs}, {_gpu_h(lost.lost_gpu_h)} GPU-h lost (all they held), "
         f"{_gpu_h(lost.consumed_gpu_h)} GPU-h of it consumed"
     )
-    for name, rows in (("cause", lost.by_cause), ("team", lost.by_team)):
-        out += ([""] if name == "team" else []) + table(
+    for name in PARTS:
+        rows = getattr(lost, f"by_{name}")
+        out += ([""] if name != "cause" else []) + table(
             [Col(name, max=40), Col("runs", True), Col("lost GPU-h", True),
              Col("consumed GPU-h", True)],
             [[r.key or "(none)", f"{r.runs:,}", _gpu_h(r.lost_gpu_h), _gpu_h(r.consumed_gpu_h)]
@@ -84,12 +94,10 @@ def text(lost: LostWork, width: int) -> list[str]:
 
 
 def csv_rows(lost: LostWork) -> list[list[Any]]:
-    """``section,key,field,value`` rows: the totals, then per cause and per team."""
+    """``section,key,field,value`` rows: the totals, then per cause, class, team and queue."""
     fields = ("runs", "lost_gpu_h", "consumed_gpu_h")
     out: list[list[Any]] = [["lost_work", "", k, getattr(lost, k)] for k in fields]
-    for section, rows in (
-        ("lost_work_by_cause", lost.by_cause),
-        ("lost_work_by_team", lost.by_team),
-    ):
-        out += [[section, r.key, k, getattr(r, k)] for r in rows for k in fields]
+    for name in PARTS:
+        rows: list[LostRow] = getattr(lost, f"by_{name}")
+        out += [[f"lost_work_by_{name}", r.key, k, getattr(r, k)] for r in rows for k in fields]
     return out

@@ -144,7 +144,10 @@ class PartialGangsNow(_Model):
 
 
 class LostRow(_Model):
-    key: str = Field(description="the cause, or the team ('' when the scheduler named none)")
+    key: str = Field(
+        description="the cause, class, team ('' when the scheduler named none) or queue "
+        "('cluster/partition' or 'cluster/namespace')"
+    )
     runs: int = Field(description="runs (allocations) that ended so in the window")
     lost_gpu_h: float = Field(description="the GPU-hours they held: lost unless checkpointed")
     consumed_gpu_h: float = Field(description="what they consumed of them")
@@ -159,7 +162,11 @@ class LostWork(_Model):
     by_cause: list[LostRow] = Field(
         description="preempted, requeued, node_failure, evicted, oom_killed: most lost first"
     )
+    by_class: list[LostRow] = Field(description="per workload class, most lost first")
     by_team: list[LostRow] = Field(description="most lost first, the top teams")
+    by_queue: list[LostRow] = Field(
+        description="per Slurm partition or namespace, with its cluster: the top, most lost first"
+    )
 
 
 class Report(_Model):

@@ -247,6 +247,16 @@ def test_the_report_section(warehouse: ClickHouseSettings) -> None:
     assert [(r.key, r.runs, r.lost_gpu_h, r.consumed_gpu_h) for r in lost.by_team] == [
         (k, *v) for k, v in BY_TEAM.items()
     ]
+    # Slurm runs are batch (their events name no class), pods service; queues per cluster
+    assert [(r.key, r.runs, r.lost_gpu_h, r.consumed_gpu_h) for r in lost.by_class] == [
+        ("batch", 4, 4.45, 1.45),
+        ("service", 3, 1.4333, 0.5333),
+    ]
+    assert [(r.key, r.runs, r.lost_gpu_h) for r in lost.by_queue] == [
+        ("c/big", 1, 3.0),
+        ("c/gpu", 3, 1.45),
+        ("c/ml", 3, 1.4333),
+    ]  # most lost first
     doc = json.loads(render(report, "json"))
     assert doc["lost_work"]["by_cause"][0] == {
         "key": "node_failure", "runs": 1, "lost_gpu_h": 3.0, "consumed_gpu_h": 0.75,
@@ -263,6 +273,8 @@ def test_the_report_section(warehouse: ClickHouseSettings) -> None:
     assert f"{HEADING} (runs that ended in the window)\n  nothing lost: no run" in later_text
     rows = render(report, "csv").splitlines()
     assert "lost_work_by_cause,oom_killed,lost_gpu_h,1.2" in rows
+    assert "lost_work_by_queue,c/big,runs,1" in rows
+    assert "lost_work_by_class,service,lost_gpu_h,1.4333" in rows
 
 
 def test_the_page_table_is_the_view_by_cause_and_queue(warehouse: ClickHouseSettings) -> None:
