@@ -210,6 +210,9 @@ class TerminationReason(StrEnum):
     OOM_KILLED = "oom_killed"
     EVICTED = "evicted"
     PREEMPTED = "preempted"
+    #: its node no longer exists: the pod garbage collector deleted it (DisruptionTarget
+    #: DeletionByPodGC, kube-controller-manager's podgc): a node failure or removal
+    NODE_LOST = "node_lost"
     DELETED = "deleted"
     UNKNOWN = "unknown"
 

@@ -39,6 +39,8 @@ _SUFFIX = {
 
 PREEMPTED_BY = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
 EVICTED_BY = frozenset({"EvictionByEvictionAPI", "TerminationByKubelet", "DeletionByTaintManager"})
+#: kube-controller-manager's pod GC (pkg/controller/podgc): the pod's node no longer exists
+NODE_LOST_BY = frozenset({"DeletionByPodGC"})
 
 
 def quantity(value: object) -> int:
@@ -213,7 +215,8 @@ def deletion_requested(pod: Obj) -> datetime | None:
 
 
 def disruption_reason(pod: Obj) -> TerminationReason | None:
-    """Preempted or evicted, when the pod says so (DisruptionTarget, status.reason)."""
+    """Preempted, evicted or its node lost, when the pod says so (DisruptionTarget,
+    status.reason)."""
     cond = _condition(pod, "DisruptionTarget")
     why = cond.get("reason") if cond is not None and cond.get("status") == "True" else None
     status_reason = (pod.get("status") or {}).get("reason")
@@ -221,17 +224,19 @@ def disruption_reason(pod: Obj) -> TerminationReason | None:
         return TerminationReason.PREEMPTED
     if why in EVICTED_BY or status_reason == "Evicted":
         return TerminationReason.EVICTED
+    if why in NODE_LOST_BY:
+        return TerminationReason.NODE_LOST
     return None
 
 
 def termination(pod: Obj) -> tuple[TerminationReason, datetime | None]:
     """Why a terminal pod ended, and when it let go of its GPUs.
 
-    preempted > evicted > deleted > OOM-killed > completed/failed. "deleted" means the pod
-    ended because someone asked (a scale-down, a user, a controller): a deletion was requested
-    and its containers stopped after that, or it could only have ended that way (restartPolicy
-    Always, e.g. a crash-looping pod, which holds its GPUs until the deletion). Then the end is
-    no earlier than the deletion request.
+    preempted > evicted > node lost > deleted > OOM-killed > completed/failed. "deleted" means
+    the pod ended because someone asked (a scale-down, a user, a controller): a deletion was
+    requested and its containers stopped after that, or it could only have ended that way
+    (restartPolicy Always, e.g. a crash-looping pod, which holds its GPUs until the deletion).
+    Then the end is no earlier than the deletion request.
     """
     ended = finished_time(pod)
     disrupted = disruption_reason(pod)

@@ -153,6 +153,8 @@ def estate() -> list[Record]:
         *pod("oom", "oom_killed", (1, 2), 0, 30, busy_s=30.0),
         # preempted after 6 min on 1 GPU: 0.1 lost, nothing consumed
         *pod("pre", "preempted", (4,), 0, 6),
+        # its node gone after 9 min on 1 GPU (the pod GC): 0.15 lost, a node failure
+        *pod("gone", "node_lost", (6,), 0, 9),
         # deleted (a scale-down) and completed: not lost
         *pod("del", "deleted", (3,), 0, 40, busy_s=60.0),
         *pod("done", "completed", (5,), 0, 10, busy_s=60.0),
@@ -162,6 +164,7 @@ def estate() -> list[Record]:
 # (allocation_id, cause, queue, team, gpus, lost, consumed), by hand
 ROWS = [
     ("k8s/c/ev", "evicted", "ml", "research", 1, 1 / 3, 1 / 30),
+    ("k8s/c/gone", "node_failure", "ml", "research", 1, 0.15, 0.0),
     ("k8s/c/oom", "oom_killed", "ml", "research", 2, 1.0, 0.5),
     ("k8s/c/pre", "preempted", "ml", "research", 1, 0.1, 0.0),
     ("slurm/c/11", "preempted", "gpu", "vision", 2, 1.0, 0.25),
@@ -171,7 +174,7 @@ ROWS = [
 ]
 # cause -> (runs, lost, consumed)
 BY_CAUSE = {
-    "node_failure": (1, 3.0, 0.75),
+    "node_failure": (2, 3.15, 0.75),
     "oom_killed": (2, 1.2, 0.7),
     "preempted": (2, 1.1, 0.25),
     "evicted": (1, 0.3333, 0.0333),
@@ -179,7 +182,7 @@ BY_CAUSE = {
 }
 BY_TEAM = {
     "nlp": (2, 3.2, 0.95),
-    "research": (3, 1.4333, 0.5333),
+    "research": (4, 1.5833, 0.5333),
     "vision": (2, 1.25, 0.5),
 }
 
@@ -240,7 +243,7 @@ def test_the_report_section(warehouse: ClickHouseSettings) -> None:
     finally:
         c.close()
     lost = report.lost_work
-    assert (lost.runs, lost.lost_gpu_h, lost.consumed_gpu_h) == (7, 5.8833, 1.9833)
+    assert (lost.runs, lost.lost_gpu_h, lost.consumed_gpu_h) == (8, 6.0333, 1.9833)
     assert [(r.key, r.runs, r.lost_gpu_h, r.consumed_gpu_h) for r in lost.by_cause] == [
         (k, *v) for k, v in BY_CAUSE.items()
     ]  # most lost first
@@ -250,22 +253,22 @@ def test_the_report_section(warehouse: ClickHouseSettings) -> None:
     # Slurm runs are batch (their events name no class), pods service; queues per cluster
     assert [(r.key, r.runs, r.lost_gpu_h, r.consumed_gpu_h) for r in lost.by_class] == [
         ("batch", 4, 4.45, 1.45),
-        ("service", 3, 1.4333, 0.5333),
+        ("service", 4, 1.5833, 0.5333),
     ]
     assert [(r.key, r.runs, r.lost_gpu_h) for r in lost.by_queue] == [
         ("c/big", 1, 3.0),
+        ("c/ml", 4, 1.5833),
         ("c/gpu", 3, 1.45),
-        ("c/ml", 3, 1.4333),
     ]  # most lost first
     doc = json.loads(render(report, "json"))
     assert doc["lost_work"]["by_cause"][0] == {
-        "key": "node_failure", "runs": 1, "lost_gpu_h": 3.0, "consumed_gpu_h": 0.75,
+        "key": "node_failure", "runs": 2, "lost_gpu_h": 3.15, "consumed_gpu_h": 0.75,
     }  # fmt: skip
     text = render(report, "table")
     assert max(len(line) for line in text.splitlines()) <= 100
     section = text[text.index(HEADING) :]
-    assert "7 runs, 5.88 GPU-h lost (all they held), 1.98 GPU-h of it consumed" in section
-    for line in ("node_failure", "1", "3.00", "0.75"), ("research", "3", "1.43", "0.53"):
+    assert "8 runs, 6.03 GPU-h lost (all they held), 1.98 GPU-h of it consumed" in section
+    for line in ("node_failure", "2", "3.15", "0.75"), ("research", "4", "1.58", "0.53"):
         assert any(line == tuple(row.split()) for row in section.splitlines()), line
     # every lost run ended before 11:00: the next hour lost nothing
     assert later.lost_work.runs == 0 and later.lost_work.by_cause == []
@@ -274,7 +277,7 @@ def test_the_report_section(warehouse: ClickHouseSettings) -> None:
     rows = render(report, "csv").splitlines()
     assert "lost_work_by_cause,oom_killed,lost_gpu_h,1.2" in rows
     assert "lost_work_by_queue,c/big,runs,1" in rows
-    assert "lost_work_by_class,service,lost_gpu_h,1.4333" in rows
+    assert "lost_work_by_class,service,lost_gpu_h,1.5833" in rows
 
 
 def test_the_page_table_is_the_view_by_cause_and_queue(warehouse: ClickHouseSettings) -> None:
@@ -307,7 +310,12 @@ def test_the_page_table_is_the_view_by_cause_and_queue(warehouse: ClickHouseSett
         (c, q, n, round(h, 4)) for (c, q), (n, h) in want.items()
     )
     assert got[0][:2] == ("node_failure", "big")  # most lost first
-    assert {c for c, *_ in page(team="research")} == {"evicted", "oom_killed", "preempted"}
+    assert {c for c, *_ in page(team="research")} == {
+        "evicted",
+        "node_failure",
+        "oom_killed",
+        "preempted",
+    }
     assert page(cluster="elsewhere") == []
 
 

@@ -390,6 +390,7 @@ OOM = {"status": {"containerStatuses": [{"name": "c", "state": {"terminated": {
         (disruption("EvictionByEvictionAPI"), "evicted", "11:00:00"),  # kubectl drain
         (disruption("DeletionByTaintManager"), "evicted", "11:00:00"),
         (disruption("TerminationByKubelet"), "evicted", "11:00:00"),
+        (disruption("DeletionByPodGC"), "node_lost", "11:00:00"),  # its node is gone
         # containers stopped after the deletion request: the deletion ended it
         (deleting("2026-11-02T11:00:15Z"), "deleted", "11:00:00"),
         # finished before anyone asked: its own end (then deleted later)
