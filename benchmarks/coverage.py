@@ -19,18 +19,11 @@ from gpugap.schemas import GpuMinute
 from gpugap.schemas.clock import MINUTE_S
 from gpugap.simulator import build, truth
 from gpugap.simulator import scenario as scenarios
-from tests.harness.demo_data import decoded, emitted, worked
+from tests.harness.demo_data import decoded, edited, emitted, worked
 
 
 def load(name: str, loss: float | None, interval: int | None) -> scenarios.Scenario:
-    sc = scenarios.load(name)
-    if loss is not None:
-        faults = sc.faults.model_copy(update={"sample_loss_rate": loss})
-        sc = sc.model_copy(update={"faults": faults})
-    if interval is not None:
-        meta = sc.scenario.model_copy(update={"sample_interval": interval})
-        clusters = [c.model_copy(update={"sample_interval": None}) for c in sc.clusters]
-        sc = sc.model_copy(update={"scenario": meta, "clusters": clusters})
+    sc: scenarios.Scenario = edited(scenarios.load(name), interval=interval, loss=loss)
     return sc
 
 

@@ -222,8 +222,7 @@ class NodeCore:
         first sample after it, up to one interval later: judged sooner, a 60 s scrape's minute
         would be judged on part of its seconds, or on none (the next minute's run broken)."""
         s = self.state
-        interval = max(s.get("gaps") or (), default=s["interval_ms"] or 0)
-        interval = max(interval, s["interval_ms"] or 0)
+        interval: int = max([*(s.get("gaps") or ()), s["interval_ms"] or 0])
         return min(self.cfg.lateness_ms, max(self.cfg.alert_lateness_ms, interval))
 
     def sample(self, ns: NodeSample) -> Output:

@@ -57,6 +57,19 @@ def emitted(sc: Any) -> list[Msg]:
     return cap.messages
 
 
+def edited(sc: Any, *, interval: int | None = None, loss: float | None = None) -> Any:
+    """The scenario ``sc`` with every node sampled every ``interval`` seconds and/or
+    ``loss`` of its node samples lost (None: as it is)."""
+    if loss is not None:
+        faults = sc.faults.model_copy(update={"sample_loss_rate": loss})
+        sc = sc.model_copy(update={"faults": faults})
+    if interval is not None:
+        meta = sc.scenario.model_copy(update={"sample_interval": interval})
+        clusters = [c.model_copy(update={"sample_interval": None}) for c in sc.clusters]
+        sc = sc.model_copy(update={"scenario": meta, "clusters": clusters})
+    return sc
+
+
 def worked(inputs: Sequence[Msg]) -> list[Msg]:
     """What the worker publishes for ``inputs`` (its input topics' messages, in order)."""
     return asyncio.run(_work(inputs))

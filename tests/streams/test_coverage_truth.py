@@ -14,14 +14,12 @@ import pytest
 from gpugap.schemas import GpuMinute
 from gpugap.simulator import build, truth
 from gpugap.simulator import scenario as scenarios
-from tests.harness.demo_data import decoded, emitted, worked
+from tests.harness.demo_data import decoded, edited, emitted, worked
 
 
 def at_57s() -> scenarios.Scenario:
-    sc = scenarios.load("small")
-    meta = sc.scenario.model_copy(update={"sample_interval": 57})
-    clusters = [c.model_copy(update={"sample_interval": None}) for c in sc.clusters]
-    return sc.model_copy(update={"scenario": meta, "clusters": clusters})
+    sc: scenarios.Scenario = edited(scenarios.load("small"), interval=57)
+    return sc
 
 
 def test_57s_scrapes_with_lost_samples_agree_with_the_truth_to_the_second() -> None:
