@@ -20,7 +20,11 @@ REGISTRY: dict[str, str] = {
     "nvml": "gpugap.producers.nvml.plugin:PLUGIN",
     "dcgm": "gpugap.producers.dcgm.plugin:PLUGIN",
     "kubernetes": "gpugap.producers.kubernetes.plugin:PLUGIN",
+    "kubernetes-capacity": "gpugap.producers.kubernetes.plugin_capacity:PLUGIN",
+    "kubernetes-queues": "gpugap.producers.kubernetes.plugin_queues:PLUGIN",
     "slurm": "gpugap.producers.slurm.plugin:PLUGIN",
+    "slurm-capacity": "gpugap.producers.slurm.plugin_capacity:PLUGIN",
+    "slurm-quotas": "gpugap.producers.slurm.plugin_quotas:PLUGIN",
     "transfers-csv": "gpugap.producers.transfers.plugin:PLUGIN",
     "transfers-prometheus": "gpugap.producers.transfers.plugin_prometheus:PLUGIN",
 }

@@ -19,8 +19,11 @@ from gpugap.schemas.models import (
     GpuSample,
     K8sPodEvent,
     MigInstance,
+    NodeAllocation,
+    NodeCapacity,
     NodeGpus,
     NodeSample,
+    QueueQuota,
     Recommendation,
     RecommendationChange,
     RecommendationEvidence,
@@ -231,6 +234,40 @@ def one_of_each() -> dict[str, Record]:
             consumer="test",
         ),
         "recommendations.v1": example_recommendation(t),
+        "node-capacity.v1": NodeCapacity(
+            **common,
+            node="node001",
+            time=t,
+            interval_s=60.0,
+            scheduler="slurm",
+            source="slurm_scontrol",
+            pool="gpu",
+            gpu_model="a100",
+            gpus=8.0,
+            cpus=64.0,
+            memory_mib=512_000.0,
+            allocations=(
+                NodeAllocation(
+                    allocation_id="slurm/prod/42", gpus=1.0, cpus=64.0, memory_mib=64_000.0
+                ),
+            ),
+        ),
+        "queue-quotas.v1": QueueQuota(
+            **common,
+            time=t,
+            interval_s=60.0,
+            kind="kueue_cluster_queue",
+            queue="team-a",
+            parent="research",
+            flavor="a100",
+            resource="nvidia.com/gpu",
+            entitled_gpus=8.0,
+            limit_gpus=12.0,
+            held_gpus=8.0,
+            borrowed_gpus=0.0,
+            pending_workloads=3,
+            admitted_workloads=2,
+        ),
     }
 
 

@@ -13,13 +13,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpugap.schemas.clock import MINUTE_S
 from gpugap.schemas.types import (
+    MAX_ALLOCATIONS_PER_NODE,
     MAX_GANG_SIZE,
     MAX_GPU_INDEX,
     MAX_GPUS_PER_JOB,
     MAX_GPUS_PER_NODE,
     MAX_INTERVAL_S,
     MAX_LABELS,
+    MAX_NODE_CPUS,
+    MAX_NODE_MEMORY_MIB,
     MAX_NODES_PER_JOB,
+    MAX_QUEUE_GPUS,
     MAX_SHARING_PODS,
     MAX_UNSUPPORTED,
     ActivityMetric,
@@ -40,6 +44,7 @@ from gpugap.schemas.types import (
     PersonName,
     PodEventKind,
     PodPhase,
+    QueueKind,
     Ratio,
     SampleSource,
     Scheduler,
@@ -265,6 +270,10 @@ class K8sPodEvent(Record):
     team: PersonName | None = None
     gang_id: Text | None = None
     gang_size: NonNegInt | None = Field(default=None, le=MAX_GANG_SIZE)
+    queue: Name | None = Field(
+        default=None,
+        description="its queue manager's queue: Kueue LocalQueue, KAI or Volcano queue",
+    )
     resource_version: Text | None = None
     labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict,
@@ -589,3 +598,88 @@ class Transfer(Record):
         if self.from_env == self.to_env:
             raise ValueError("from_env and to_env must differ (a transfer crosses a boundary)")
         return self
+
+
+# --- node capacity and queues (the waste beyond idle: docs/architecture.md#stranded-gpus) -----
+
+
+class NodeAllocation(Record):
+    """What one allocation holds of one node: its GPUs (GPU-equivalents), CPUs and memory."""
+
+    allocation_id: EventId
+    gpus: NonNegFloat = Field(le=MAX_GPUS_PER_NODE, description="GPU-equivalents (a slice: 1/7)")
+    cpus: NonNegFloat = Field(le=MAX_NODE_CPUS, description="Slurm: CPUs allocated; pods: requests")
+    memory_mib: NonNegFloat = Field(le=MAX_NODE_MEMORY_MIB)
+
+
+class NodeCapacity(Record):
+    """One node's GPUs, CPUs and memory and what each allocation holds of them, at one instant
+    (a poll of ``scontrol show node``/``-d show job``, or of the node's allocatable and its
+    pods' requests). It stands for ``interval_s`` seconds from ``time``: stranded GPU-hours
+    are its stranded GPUs times that (docs/architecture.md#stranded-gpus)."""
+
+    cluster: ClusterName
+    node: Name
+    time: UtcTime
+    interval_s: NonNegFloat = Field(gt=0, le=MAX_INTERVAL_S, description="until the next poll")
+    scheduler: Scheduler
+    source: Name = Field(description="slurm_scontrol, kubernetes")
+    pool: Name | None = Field(
+        default=None, description="Slurm: the node's partitions (comma-joined); K8s: node pool"
+    )
+    gpu_model: Text | None = Field(default=None, description="as the scheduler names it")
+    gpus: NonNegFloat = Field(le=MAX_GPUS_PER_NODE, description="physical GPUs it offers")
+    cpus: NonNegFloat = Field(le=MAX_NODE_CPUS, description="schedulable CPUs")
+    memory_mib: NonNegFloat = Field(le=MAX_NODE_MEMORY_MIB, description="schedulable memory")
+    schedulable: StrictBool = Field(
+        default=True,
+        description="False: down, drained, cordoned or not ready: its free GPUs are "
+        "unavailable, not stranded",
+    )
+    allocations: tuple[NodeAllocation, ...] = Field(default=(), max_length=MAX_ALLOCATIONS_PER_NODE)
+
+    @model_validator(mode="after")
+    def _unique_allocations(self) -> Self:
+        ids = [a.allocation_id for a in self.allocations]
+        if len(set(ids)) != len(ids):
+            raise ValueError("allocations: each allocation may appear once per node")
+        return self
+
+
+class QueueQuota(Record):
+    """A queue's GPU entitlement and, where its manager reports it, what it holds, at one
+    instant: a Kueue ClusterQueue (per flavor) or LocalQueue, a KAI or Volcano Queue, a Slurm
+    QOS or association with a ``gres/gpu`` GrpTRES. Allocations join it by their queue
+    (docs/architecture.md#quota-held-but-unused)."""
+
+    cluster: ClusterName
+    time: UtcTime
+    interval_s: NonNegFloat = Field(gt=0, le=MAX_INTERVAL_S, description="until the next poll")
+    kind: QueueKind
+    queue: Name = Field(description="the object's name; an association: account or account/user")
+    namespace: Name | None = Field(default=None, description="Kueue LocalQueue's namespace")
+    parent: Name | None = Field(
+        default=None,
+        description="Kueue: the ClusterQueue's cohort or the LocalQueue's ClusterQueue; KAI: the "
+        "parent queue; Volcano: the parent queue",
+    )
+    flavor: Name | None = Field(default=None, description="Kueue ResourceFlavor")
+    resource: Text = Field(description="'nvidia.com/gpu', 'gres/gpu', 'gres/gpu:a100'")
+    entitled_gpus: NonNegFloat | None = Field(
+        default=None,
+        le=MAX_QUEUE_GPUS,
+        description="nominalQuota, KAI deserved quota, Volcano deserved (else guarantee), "
+        "Slurm GrpTRES; None: no entitlement stated",
+    )
+    limit_gpus: NonNegFloat | None = Field(
+        default=None,
+        le=MAX_QUEUE_GPUS,
+        description="the most it may hold: nominal + borrowingLimit, KAI limit, Volcano "
+        "capability, Slurm GrpTRES",
+    )
+    held_gpus: NonNegFloat | None = Field(
+        default=None, le=MAX_QUEUE_GPUS, description="what its manager says it holds"
+    )
+    borrowed_gpus: NonNegFloat | None = Field(default=None, le=MAX_QUEUE_GPUS)
+    pending_workloads: NonNegInt | None = Field(default=None, description="waiting to be admitted")
+    admitted_workloads: NonNegInt | None = None

@@ -14,7 +14,9 @@ from gpugap.schemas.models import (
     DeadLetter,
     GpuMinute,
     K8sPodEvent,
+    NodeCapacity,
     NodeSample,
+    QueueQuota,
     Recommendation,
     Record,
     SlurmJobEvent,
@@ -132,6 +134,28 @@ TRANSFERS: Topic[Transfer] = Topic(
     "Bytes moved across the boundary between environments (billing lines, node counters).",
 )
 TOPICS[TRANSFERS.name] = TRANSFERS
+
+NODE_CAPACITY: Topic[NodeCapacity] = Topic(
+    "node-capacity.v1",
+    NodeCapacity,
+    "cluster/node",
+    "cluster/node",
+    lambda r: f"{r.cluster}/{r.node}",
+    "A node's GPUs, CPUs and memory and what each allocation holds of them, polled: "
+    "stranded GPUs (docs/architecture.md#stranded-gpus).",
+)
+TOPICS[NODE_CAPACITY.name] = NODE_CAPACITY
+
+QUEUE_QUOTAS: Topic[QueueQuota] = Topic(
+    "queue-quotas.v1",
+    QueueQuota,
+    "cluster/kind/namespace/queue/flavor",
+    "cluster/kind/namespace/queue/flavor",
+    lambda r: f"{r.cluster}/{r.kind}/{r.namespace or ''}/{r.queue}/{r.flavor or ''}",
+    "A queue's GPU entitlement and what it holds (Kueue, KAI, Volcano, Slurm QOS and "
+    "associations), polled (docs/architecture.md#quota-held-but-unused).",
+)
+TOPICS[QUEUE_QUOTAS.name] = QUEUE_QUOTAS
 
 
 def by_name(name: str, prefix: str = "") -> Topic[Any]:

@@ -120,6 +120,12 @@ MAX_INTERVAL_S = float(HOUR_S)
 MAX_UNSUPPORTED = 64
 #: labels carried on one pod or allocation (the ones the idle policy's rules may match)
 MAX_LABELS = 32
+#: allocations one node capacity record may list (Kubernetes' default is 110 pods a node)
+MAX_ALLOCATIONS_PER_NODE = 1024
+#: CPUs, MiB of memory and GPUs a node or a queue may state (far beyond any machine or quota)
+MAX_NODE_CPUS = 1 << 20
+MAX_NODE_MEMORY_MIB = float(1 << 40)
+MAX_QUEUE_GPUS = float(MAX_GPUS_PER_JOB)
 
 
 def utc_now() -> datetime:
@@ -215,6 +221,17 @@ class TerminationReason(StrEnum):
     NODE_LOST = "node_lost"
     DELETED = "deleted"
     UNKNOWN = "unknown"
+
+
+class QueueKind(StrEnum):
+    """The object that entitles a queue to GPUs (docs/architecture.md#quota-held-but-unused)."""
+
+    KUEUE_CLUSTER_QUEUE = "kueue_cluster_queue"
+    KUEUE_LOCAL_QUEUE = "kueue_local_queue"
+    KAI_QUEUE = "kai_queue"
+    VOLCANO_QUEUE = "volcano_queue"
+    SLURM_QOS = "slurm_qos"
+    SLURM_ASSOCIATION = "slurm_association"
 
 
 class AlertKind(StrEnum):
