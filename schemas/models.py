@@ -628,6 +628,11 @@ class NodeCapacity(Record):
         default=None, description="Slurm: the node's partitions (comma-joined); K8s: node pool"
     )
     gpu_model: Text | None = Field(default=None, description="as the scheduler names it")
+    gpu_memory_mib: NonNegFloat | None = Field(
+        default=None,
+        le=MAX_NODE_MEMORY_MIB,
+        description="one GPU's memory, where known (GPU feature discovery's nvidia.com/gpu.memory)",
+    )
     gpus: NonNegFloat = Field(le=MAX_GPUS_PER_NODE, description="physical GPUs it offers")
     cpus: NonNegFloat = Field(le=MAX_NODE_CPUS, description="schedulable CPUs")
     memory_mib: NonNegFloat = Field(le=MAX_NODE_MEMORY_MIB, description="schedulable memory")
