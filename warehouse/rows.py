@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from gpugap.schemas import Alert, AlertDelivery, DeadLetter, GpuMinute, K8sPodEvent, SlurmJobEvent
-from gpugap.schemas.models import Recommendation, Transfer
+from gpugap.schemas.models import NodeCapacity, QueueQuota, Recommendation, Transfer
 from gpugap.schemas.types import LifecycleKind, PodEventKind, WorkloadClass
 
 MINUTE_COLUMNS = [
@@ -65,6 +65,7 @@ ALLOCATION_COLUMNS = [
     "owner_name",
     "eligible_time",
     "namespace",
+    "queue",
 ]
 ALERT_COLUMNS = [
     "alert_id",
@@ -250,6 +251,7 @@ def slurm_row(e: SlurmJobEvent) -> list[Any]:
         "",
         e.eligible_time,
         "",
+        "",
     ]
 
 
@@ -282,6 +284,7 @@ def pod_row(e: K8sPodEvent) -> list[Any]:
         e.owner_name or "",
         None,
         e.namespace,
+        e.queue or "",
     ]
 
 
@@ -389,4 +392,36 @@ def transfer_row(t: Transfer, now: datetime) -> list[Any]:
         t.event_id, t.time, t.interval_s, t.cluster, t.from_env, t.to_env, t.bytes, t.source,
         t.node or "", t.interface or "", t.team or "", t.owner or "", t.allocation_id or "",
         t.description or "", t.billed_cost, t.billed_currency or "", now,
+    ]  # fmt: skip
+
+
+NODE_CAPACITY_COLUMNS = [
+    "cluster", "node", "time", "interval_s", "scheduler", "source", "pool", "gpu_model",
+    "gpu_memory_mib", "gpus", "cpus", "memory_mib", "schedulable", "allocation_ids",
+    "allocation_gpus", "allocation_cpus", "allocation_memory_mib", "ingested_at",
+]  # fmt: skip
+
+
+def node_capacity_row(c: NodeCapacity, now: datetime) -> list[Any]:
+    held = c.allocations
+    return [
+        c.cluster, c.node, c.time, c.interval_s, c.scheduler.value, c.source, c.pool or "",
+        c.gpu_model or "", c.gpu_memory_mib, c.gpus, c.cpus, c.memory_mib, int(c.schedulable),
+        [a.allocation_id for a in held], [a.gpus for a in held], [a.cpus for a in held],
+        [a.memory_mib for a in held], now,
+    ]  # fmt: skip
+
+
+QUEUE_QUOTA_COLUMNS = [
+    "cluster", "time", "interval_s", "kind", "queue", "namespace", "parent", "flavor",
+    "resource", "entitled_gpus", "limit_gpus", "held_gpus", "borrowed_gpus",
+    "pending_workloads", "admitted_workloads", "ingested_at",
+]  # fmt: skip
+
+
+def queue_quota_row(q: QueueQuota, now: datetime) -> list[Any]:
+    return [
+        q.cluster, q.time, q.interval_s, q.kind.value, q.queue, q.namespace or "",
+        q.parent or "", q.flavor or "", q.resource, q.entitled_gpus, q.limit_gpus,
+        q.held_gpus, q.borrowed_gpus, q.pending_workloads, q.admitted_workloads, now,
     ]  # fmt: skip

@@ -27,13 +27,15 @@ from gpugap.schemas import (
     SlurmJobEvent,
 )
 from gpugap.schemas.errors import RetriableError
-from gpugap.schemas.models import Recommendation, Transfer
+from gpugap.schemas.models import NodeCapacity, QueueQuota, Recommendation, Transfer
 from gpugap.schemas.topics import (
     ALERTS,
     DEAD_LETTER,
     DELIVERIES,
     K8S_PODS,
     MINUTES,
+    NODE_CAPACITY,
+    QUEUE_QUOTAS,
     RECOMMENDATIONS,
     SLURM_JOBS,
     TRANSFERS,
@@ -47,6 +49,8 @@ from gpugap.warehouse.rows import (
     DEAD_LETTER_COLUMNS,
     DELIVERY_COLUMNS,
     MINUTE_COLUMNS,
+    NODE_CAPACITY_COLUMNS,
+    QUEUE_QUOTA_COLUMNS,
     RECOMMENDATION_COLUMNS,
     ROLLUP,
     STALE_DAYS,
@@ -56,7 +60,9 @@ from gpugap.warehouse.rows import (
     dead_letter_row,
     delivery_row,
     minute_row,
+    node_capacity_row,
     pod_row,
+    queue_quota_row,
     recommendation_row,
     slurm_row,
     transfer_row,
@@ -73,6 +79,8 @@ class ClickHouseSink(BatchingSink):
     topics = (
         *(MINUTES, SLURM_JOBS, K8S_PODS, ALERTS, DELIVERIES, DEAD_LETTER, RECOMMENDATIONS),
         TRANSFERS,  # boundary transfers (docs/cost.md)
+        NODE_CAPACITY,  # stranded GPUs (docs/architecture.md#stranded-gpus)
+        QUEUE_QUOTAS,  # quota held but unused
     )
 
     def __init__(
@@ -159,6 +167,10 @@ class ClickHouseSink(BatchingSink):
                 rows["recommendations"].append(recommendation_row(r))
             elif isinstance(r, Transfer):
                 rows["transfers"].append(transfer_row(r, now))
+            elif isinstance(r, NodeCapacity):
+                rows["node_capacity"].append(node_capacity_row(r, now))
+            elif isinstance(r, QueueQuota):
+                rows["queue_quotas"].append(queue_quota_row(r, now))
         columns = {
             "gpu_minutes": MINUTE_COLUMNS,
             "allocations": ALLOCATION_COLUMNS,
@@ -167,6 +179,8 @@ class ClickHouseSink(BatchingSink):
             "dead_letters": DEAD_LETTER_COLUMNS,
             "recommendations": RECOMMENDATION_COLUMNS,
             "transfers": TRANSFER_COLUMNS,
+            "node_capacity": NODE_CAPACITY_COLUMNS,
+            "queue_quotas": QUEUE_QUOTA_COLUMNS,
         }
         for table, table_rows in rows.items():
             self._insert(table, table_rows, columns[table])
