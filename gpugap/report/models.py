@@ -169,6 +169,56 @@ class LostWork(_Model):
     )
 
 
+class StrandedRow(_Model):
+    key: str = Field(description="the allocation ('cluster/allocation id') or the node")
+    team: str = ""
+    owner: str = ""
+    stranded_cpu_gpu_h: float = Field(description="GPU-hours stranded by its CPUs beyond share")
+    stranded_memory_gpu_h: float = Field(description="by its memory beyond share")
+
+
+class Stranded(_Model):
+    """Free GPUs nobody could use (v_stranded), polled in the window."""
+
+    allocated_gpu_h: float
+    usable_free_gpu_h: float = Field(description="free GPUs with CPUs and memory beside them")
+    stranded_cpu_gpu_h: float
+    stranded_memory_gpu_h: float
+    unavailable_gpu_h: float = Field(description="free GPUs on down, drained, cordoned nodes")
+    by_allocation: list[StrandedRow] = Field(description="who stranded them: the top")
+    by_node: list[StrandedRow] = Field(description="where: the top nodes")
+
+
+class SpreadRow(_Model):
+    unit: str = Field(description="'cluster/run' or 'cluster/gang'")
+    team: str
+    owner: str
+    nodes: int
+    min_nodes: int = Field(description="nodes of the largest it ran on that would hold it")
+    gpus: float
+    allocated_gpu_h: float
+
+
+class QueueRow(_Model):
+    queue: str = Field(description="'cluster/kind/namespace/queue' (namespace: Kueue LocalQueue)")
+    parent: str = Field(description="cohort, ClusterQueue or parent queue")
+    entitled_gpu_h: float
+    allocated_gpu_h: float = Field(description="held by the work it entitles")
+    consumed_gpu_h: float
+    unused_gpu_h: float = Field(description="entitlement nobody in the queue held")
+    borrowed_gpu_h: float
+    pending_workload_h: float = Field(description="workload-hours waiting to be admitted")
+    waited_gpu_h: float = Field(description="GPU-hours its started work waited")
+
+
+class BeyondIdle(_Model):
+    """The waste beyond idle allocations (docs/architecture.md#stranded-gpus)."""
+
+    stranded: Stranded
+    spread: list[SpreadRow] = Field(description="work on more nodes than it needed: the top")
+    queues: list[QueueRow] = Field(description="queues by unused entitlement, the top")
+
+
 class Report(_Model):
     """Allocated vs consumed GPU-hours, and where the gap is."""
 
@@ -189,6 +239,9 @@ class Report(_Model):
     partial_gangs_now: PartialGangsNow
     lost_work: LostWork = Field(
         description="work lost to preemption, requeue, eviction, node failure and OOM"
+    )
+    beyond_idle: BeyondIdle = Field(
+        description="stranded GPUs, work spread thin, quota held but unused"
     )
 
 

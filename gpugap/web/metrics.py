@@ -67,6 +67,29 @@ _LOST = (
     "WHERE end_time > (SELECT latest_minute FROM v_data_extent) - INTERVAL 1 DAY "
     f"GROUP BY cluster, cause, team ORDER BY lost DESC, cluster, cause, team LIMIT {MAX_SERIES}"
 )
+# stranded GPUs at each node's latest poll, for the nodes polled in the hour before the newest
+# poll (a node no longer polled drops out)
+_STRANDED = (
+    "SELECT cluster, part.1 AS cause, sum(part.2) AS gpus FROM (SELECT cluster, node, "
+    "argMax(stranded_cpu_gpus, time) AS by_cpu, argMax(stranded_memory_gpus, time) AS by_memory, "
+    "max(time) AS polled FROM v_stranded GROUP BY cluster, node) "
+    "ARRAY JOIN [('cpu', by_cpu), ('memory', by_memory)] AS part "
+    "WHERE polled > (SELECT max(time) FROM node_capacity) - INTERVAL 1 HOUR "
+    f"GROUP BY cluster, cause ORDER BY cluster, cause LIMIT {MAX_SERIES}"
+)
+# each queue's entitlement and holdings at its latest poll (its flavors summed), for the queues
+# polled in the hour before the newest poll
+_QUOTAS = (
+    "SELECT cluster, kind, namespace, queue, sum(entitled) AS entitled, sum(held) AS held, "
+    "sum(pending) AS pending FROM (SELECT cluster, kind, namespace, queue, flavor, resource, "
+    "argMax(coalesce(entitled_gpus, 0), time) AS entitled, "
+    "argMax(coalesce(held_gpus, 0), time) AS held, "
+    "argMax(coalesce(pending_workloads, 0), time) AS pending, max(time) AS polled "
+    "FROM queue_quotas FINAL GROUP BY cluster, kind, namespace, queue, flavor, resource) "
+    "WHERE polled > (SELECT max(time) FROM queue_quotas) - INTERVAL 1 HOUR "
+    "GROUP BY cluster, kind, namespace, queue "
+    f"ORDER BY entitled DESC, cluster, kind, namespace, queue LIMIT {MAX_SERIES}"
+)
 _FRESH = f"SELECT cluster, toUnixTimestamp(m) + 60 AS t FROM {_LATEST} ORDER BY cluster"
 
 _GROUP = ("cluster", "scheduler", "workload_class", "team")
@@ -98,6 +121,16 @@ FAMILIES: Sequence[Family] = (
            "newest data (v_lost_work)", _LOST, ("cluster", "cause", "team"), "lost"),
     Family("gpugap_lost_runs_24h", "runs that ended so in those 24 hours (v_lost_work)", _LOST,
            ("cluster", "cause", "team"), "runs"),
+    Family("gpugap_gpus_stranded", "free GPU-equivalents nobody can use for the CPUs or memory "
+           "others hold beyond their share, at each node's latest poll (v_stranded)", _STRANDED,
+           ("cluster", "cause"), "gpus"),
+    Family("gpugap_queue_entitled_gpus", "GPUs a queue is entitled to (nominal quota, "
+           "deserved, GrpTRES) at its latest poll", _QUOTAS,
+           ("cluster", "kind", "namespace", "queue"), "entitled"),
+    Family("gpugap_queue_held_gpus", "GPUs its queue manager says it holds (0: not reported)",
+           _QUOTAS, ("cluster", "kind", "namespace", "queue"), "held"),
+    Family("gpugap_queue_pending_workloads", "workloads waiting to be admitted", _QUOTAS,
+           ("cluster", "kind", "namespace", "queue"), "pending"),
     Family("gpugap_data_latest_minute_seconds", "end of the latest complete minute stored, "
            "Unix time (how fresh the figures above are)", _FRESH, ("cluster",), "t"),
 )  # fmt: skip

@@ -305,6 +305,44 @@ def lost_work(f: Filters) -> Query:
     return bind(sql, f.bound())
 
 
+def stranded(f: Filters) -> Query:
+    """Who stranded free GPUs in the range (v_stranded_by_allocation: CPUs or memory beyond
+    their GPUs' share of a node), most first; a CPU-only job or pod has no GPU of its own."""
+    sql = (
+        "SELECT cluster, allocation_id, any(scheduler) AS scheduler, any(team) AS team, "
+        "any(workload_class) AS workload_class, uniqExact(node) AS nodes, "
+        "sumIf(stranded_gpu_h, cause = 'cpu') AS by_cpu_gpu_h, "
+        "sumIf(stranded_gpu_h, cause = 'memory') AS by_memory_gpu_h "
+        "FROM (SELECT s.cluster AS cluster, s.allocation_id AS allocation_id, s.node AS node, "
+        "s.cause AS cause, s.stranded_gpu_h AS stranded_gpu_h, a.scheduler AS scheduler, "
+        "a.team AS team, a.workload_class AS workload_class "
+        "FROM v_stranded_by_allocation AS s LEFT JOIN v_allocations AS a "
+        "ON a.cluster = s.cluster AND a.allocation_id = s.allocation_id "
+        f"WHERE s.time >= {{since:{_T}}} AND s.time < {{until:{_T}}}) WHERE {FILTER} "
+        "GROUP BY cluster, allocation_id "
+        "ORDER BY by_cpu_gpu_h + by_memory_gpu_h DESC, cluster, allocation_id "
+        "LIMIT {limit:UInt32}"
+    )
+    return bind(sql, f.bound())
+
+
+def queue_quotas(f: Filters) -> Query:
+    """Each queue's entitlement in the range beside what its work held, consumed and waited
+    (v_queue_quota_hourly), most unused first. Queues have no team or class: the cluster
+    filter only."""
+    sql = (
+        "SELECT cluster, kind, namespace, queue, max(parent) AS parent, "
+        "sum(entitled_gpu_h) AS entitled_gpu_h, sum(allocated_gpu_h) AS held_gpu_h, "
+        "sum(consumed_gpu_h) AS consumed_gpu_h, sum(unused_gpu_h) AS unused_gpu_h, "
+        "sum(borrowed_gpu_h) AS borrowed_gpu_h, sum(pending_workload_h) AS pending_workload_h, "
+        "sum(waited_gpu_h) AS waited_gpu_h FROM v_queue_quota_hourly "
+        f"WHERE hour >= {{since:{_T}}} AND hour < {{until:{_T}}} AND {CLUSTER} "
+        "GROUP BY cluster, kind, namespace, queue "
+        "ORDER BY unused_gpu_h DESC, cluster, kind, namespace, queue LIMIT {limit:UInt32}"
+    )
+    return bind(sql, f.bound())
+
+
 # --- cost: `gpugap report --cost`'s own queries (gpugap.cost.report) with the page's filters
 # on the columns the cost views carry: v_cost_hourly has cluster, team and class (unallocated
 # capacity has neither team nor class, so those filters leave it out); v_transfers has cluster
@@ -391,6 +429,8 @@ FILTERED: dict[str, Callable[[Filters], Query]] = {
     "padding": padding,
     "queue_wait": queue_wait,
     "lost_work": lost_work,
+    "stranded": stranded,
+    "queue_quotas": queue_quotas,
 }
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.report import build_report, render
 from gpugap.schemas import K8sPodEvent, NodeGpus, Record, SlurmJobEvent
 from gpugap.schemas.models import QueueQuota
+from gpugap.warehouse.client import connect
 from tests.warehouse.test_lost_work import minutes
 from tests.warehouse.test_stranded import query
 from tests.warehouse.test_views import store
@@ -121,3 +123,25 @@ def test_each_queue_beside_what_its_allocations_held_used_and_waited(
         ("slurm_association", "", "vision", "", 16.0, 16.0, 0.0, 0.0, 2.0, 2.0, 0.0, 14.0),
         ("slurm_qos", "", "gpu-small", "", 4.0, 4.0, 0.0, 0.0, 2.0, 2.0, 0.0, 2.0),
     ]
+
+
+def test_the_report_ranks_queues_by_unused_entitlement(clickhouse: ClickHouseSettings) -> None:
+    store(clickhouse, estate())
+    client = connect(clickhouse)
+    try:
+        report = build_report(client, T0, T0 + timedelta(hours=1))
+    finally:
+        client.close()
+    queues = [(q.queue, q.entitled_gpu_h, q.allocated_gpu_h, q.consumed_gpu_h, q.unused_gpu_h,
+               q.pending_workload_h) for q in report.beyond_idle.queues]  # fmt: skip
+    assert queues[:3] == [
+        ("c/slurm_association/vision", 16.0, 2.0, 2.0, 14.0, 0.0),
+        ("c/kueue_cluster_queue/team-b", 8.0, 0.0, 0.0, 8.0, 3.0),
+        ("c/slurm_qos/gpu-small", 4.0, 2.0, 2.0, 2.0, 0.0),
+    ]
+    section = render(report, "table")
+    assert "queues: entitlement beside what their work held and used" in section
+    assert any(
+        line.split()[:3] == ["c/kueue_cluster_queue/team-a", "8.00", "8.00"]
+        for line in section.splitlines()
+    )

@@ -3,14 +3,22 @@ against hand-computed nodes, written through the sink as the producers' records 
 
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.report import build_report, render
+from gpugap.report.beyond import HEADING
 from gpugap.schemas import Record
 from gpugap.schemas.models import NodeAllocation, NodeCapacity
 from gpugap.warehouse.client import connect
+from gpugap.web import metrics
+from gpugap.web.queries import Query
 from tests.warehouse.test_lost_work import minutes
 from tests.warehouse.test_views import store
 
@@ -154,3 +162,64 @@ def test_work_spread_over_more_nodes_than_it_needs(clickhouse: ClickHouseSetting
         "WHERE cluster = 'c' AND allocation_id IN ('slurm/c/9', 'slurm/c/10')",
     )
     assert rows == [("slurm/c/9", 4, 4.0, 8.0, 1, 3, 4.0, 2.0)]
+
+
+def test_the_report_names_stranded_gpus_who_stranded_them_and_spread_work(
+    clickhouse: ClickHouseSettings,
+) -> None:
+    store(clickhouse, [*nodes(), *spread_estate()])
+    client = connect(clickhouse)
+    try:
+        report = build_report(client, T0, T0 + timedelta(hours=1))
+        later = build_report(client, T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+    finally:
+        client.close()
+    s = report.beyond_idle.stranded
+    # n1..n3 and k1 as above, and the six s-nodes polled once, empty (8 x 60 s each: 0.8 h)
+    got = (s.allocated_gpu_h, s.usable_free_gpu_h, s.stranded_cpu_gpu_h,
+           s.stranded_memory_gpu_h, s.unavailable_gpu_h)  # fmt: skip
+    assert got == (7.0, 6.7375, 7.0, 4.0625, 4.0)
+    assert [(r.key, r.stranded_cpu_gpu_h, r.stranded_memory_gpu_h) for r in s.by_allocation] == [
+        ("c/slurm/c/1", 7.0, 0.0), ("c/k8s/c/p", 0.0, 4.0), ("c/k8s/c/q", 0.0, 0.0625),
+    ]  # fmt: skip
+    assert [r.key for r in s.by_node] == ["c/n1", "c/k1"]
+    assert [(r.unit, r.nodes, r.min_nodes, r.allocated_gpu_h) for r in report.beyond_idle.spread] \
+        == [("c/slurm/c/9", 4, 1, 4.0)]  # fmt: skip
+    text = render(report, "table")
+    assert max(len(line) for line in text.splitlines()) <= 100
+    section = text[text.index(HEADING) :]
+    assert ("free GPU-h: 6.74 usable, 7.00 stranded by CPU, 4.06 stranded by memory,\n"
+            "  4.00 on unschedulable nodes (7.00 GPU-h allocated") in section  # fmt: skip
+    assert "no node capacity polled in the window" in render(later, "table")
+    doc = json.loads(render(report, "json"))
+    assert doc["beyond_idle"]["stranded"]["by_allocation"][0]["stranded_cpu_gpu_h"] == 7.0
+    assert (
+        "stranded_by_allocation,c/k8s/c/p,stranded_memory_gpu_h,4.0"
+        in render(report, "csv").splitlines()
+    )
+
+
+def test_metrics_state_stranded_gpus_at_each_nodes_latest_poll(
+    clickhouse: ClickHouseSettings,
+) -> None:
+    store(clickhouse, nodes())
+    client = connect(clickhouse)
+
+    async def run(q: Query) -> tuple[list[str], list[Any]]:
+        result = client.query(q.sql, parameters=q.params)
+        return list(result.column_names), [list(r) for r in result.result_rows]
+
+    try:
+        text = asyncio.run(metrics.Exporter(run).text())
+    finally:
+        client.close()
+    samples = {
+        tuple(sorted(s.labels.items())): s.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "gpugap_gpus_stranded"
+        for s in fam.samples
+    }
+    assert samples == {
+        (("cause", "cpu"), ("cluster", "c")): 7.0,
+        (("cause", "memory"), ("cluster", "c")): 4.0625,
+    }
