@@ -45,6 +45,7 @@ from gpugap.schemas.types import (
     PodEventKind,
     PodPhase,
     QueueKind,
+    QueueName,
     Ratio,
     SampleSource,
     Scheduler,
@@ -661,7 +662,9 @@ class QueueQuota(Record):
     time: UtcTime
     interval_s: NonNegFloat = Field(gt=0, le=MAX_INTERVAL_S, description="until the next poll")
     kind: QueueKind
-    queue: Name = Field(description="the object's name; an association: account or account/user")
+    queue: QueueName = Field(
+        description="the object's name; an association: account or account/user"
+    )
     namespace: Name | None = Field(default=None, description="Kueue LocalQueue's namespace")
     parent: Name | None = Field(
         default=None,

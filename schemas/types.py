@@ -79,6 +79,12 @@ Name = Annotated[
     AfterValidator(_normal_name),
     StringConstraints(min_length=1, max_length=253, pattern=r"^[^/\s][^/]*$"),
 ]
+#: A queue's name: a Name, or ``account/user`` for a Slurm user's association
+QueueName = Annotated[
+    str,
+    AfterValidator(_normal_name),
+    StringConstraints(min_length=1, max_length=512, pattern=r"^[^/\s][^/]*(/[^/]+)?$"),
+]
 #: A cluster's name: a Name that is also a topic name's part (CLUSTER_PATTERN).
 ClusterName = Annotated[
     str,
