@@ -550,7 +550,7 @@ class Recommendation(Record):
     id: EventId
     kind: Text = Field(
         description="slurm_time_limit, gpu_count, gpu_share, idle_culling, service_schedule, "
-        "placement"
+        "placement, gpu_model, cpus_per_gpu, pack_nodes"
     )
     target: RecommendationTarget
     workload_class: WorkloadClass

@@ -3,9 +3,11 @@
 - the recommenders, pure functions from rows to Recommendation records: ``batch`` (Slurm
   --time per job family, GPU count), ``interactive`` (idle culling for notebooks),
   ``services`` (replicas by hour of day), ``fit`` (MIG / shared GPUs), ``placement``
-  (partial-gang batch on Kubernetes -> Slurm, variable services on Slurm -> Kubernetes);
+  (partial-gang batch on Kubernetes -> Slurm, variable services on Slurm -> Kubernetes),
+  ``model`` (a smaller GPU model the estate has), ``stranding`` (fewer cores or less memory
+  per GPU), ``packing`` (multi-node runs on fewer nodes);
   ``base``: what they share (the confidence rule, deterministic ids, targets);
-- ``queries``, ``usage_queries``: the SQL that fetches those rows;
+- ``queries``, ``usage_queries``, ``capacity_queries``: the SQL that fetches those rows;
 - ``engine``: compute, publish (on ``recommendations.v1``: the ClickHouse sink stores them,
   the only way they reach the warehouse), decisions (the append-only audit table);
 - ``followup``: the check after an accepted change;

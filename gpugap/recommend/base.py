@@ -36,15 +36,19 @@ from gpugap.schemas.types import Scheduler, WorkloadClass
 # --- the rules ----------------------------------------------------------------------------
 
 #: samples at which `amount` reaches 1, per recommender (jobs, allocations, idle episodes,
-#: partial-gang episodes, days of a service's demand, measured GPU-days)
+#: partial-gang episodes, days of a service's demand, measured GPU-days; for a smaller model
+#: measured GPU-days, for cores per GPU allocations, for packing spread runs)
 MIN_SAMPLES = {"slurm_time_limit": 10, "gpu_count": 5, "idle_culling": 10, "placement": 5,
-               "service_schedule": 7, "gpu_share": 7}  # fmt: skip
+               "service_schedule": 7, "gpu_share": 7, "gpu_model": 7, "cpus_per_gpu": 5,
+               "pack_nodes": 5}  # fmt: skip
 #: below this many samples nothing is recommended at all
 MIN_TO_RECOMMEND = {"slurm_time_limit": MIN_TIME_JOBS, "gpu_count": 2, "idle_culling": 3,
-                    "placement": 2, "service_schedule": 2, "gpu_share": 1}  # fmt: skip
+                    "placement": 2, "service_schedule": 2, "gpu_share": 1, "gpu_model": 1,
+                    "cpus_per_gpu": 1, "pack_nodes": 2}  # fmt: skip
 #: ids read 'time-1a2b3c4d5e6f': the kind's short name and a hash of kind, target and change
 ID_PREFIX = {"slurm_time_limit": "time", "gpu_count": "gpus", "idle_culling": "cull",
-             "placement": "place", "service_schedule": "svc", "gpu_share": "mig"}  # fmt: skip
+             "placement": "place", "service_schedule": "svc", "gpu_share": "mig",
+             "gpu_model": "model", "cpus_per_gpu": "cores", "pack_nodes": "pack"}  # fmt: skip
 #: a recommendation saving less than this (GPU-hours per week) is noise
 MIN_SAVED_GPU_H_PER_WEEK = 1.0
 

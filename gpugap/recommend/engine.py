@@ -18,8 +18,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpugap.recommend import batch, boundary, fit, interactive, placement, queue_freed, services
+from gpugap.recommend import (
+    batch,
+    boundary,
+    fit,
+    interactive,
+    model,
+    packing,
+    placement,
+    queue_freed,
+    services,
+    stranding,
+)
 from gpugap.recommend.base import HistoryWindow, rank
+from gpugap.recommend.capacity_queries import estate, model_uses, spread_runs, strandings
 from gpugap.recommend.queries import (
     gpu_families,
     notebooks,
@@ -78,6 +90,25 @@ def _shares(client: Any, w: HistoryWindow, now: datetime) -> Found:
     return [fit.gpu_share(u, w, now) for u in gpu_uses(client, w)]
 
 
+def _models(client: Any, w: HistoryWindow, now: datetime) -> Found:
+    uses = model_uses(client, w)
+    if not uses:
+        return []
+    models = estate(client, w)
+    return [model.gpu_model(u, models, w, now) for u in uses]
+
+
+def _strandings(client: Any, w: HistoryWindow, now: datetime) -> Found:
+    return [stranding.cpus_per_gpu(s, w, now) for s in strandings(client, w)]
+
+
+def _spread(client: Any, w: HistoryWindow, now: datetime) -> Found:
+    runs: dict[tuple[RecommendationTarget, float], list[packing.SpreadRun]] = defaultdict(list)
+    for r in spread_runs(client, w):
+        runs[r.target, r.gpus].append(r)
+    return [packing.pack_nodes(t, rs, w, now) for (t, _), rs in runs.items()]
+
+
 #: every recommender, by the name its timing is reported under
 RECOMMENDERS: dict[str, Callable[[Any, HistoryWindow, datetime], Found]] = {
     "slurm_time_limit": _time_limits,
@@ -86,6 +117,9 @@ RECOMMENDERS: dict[str, Callable[[Any, HistoryWindow, datetime], Found]] = {
     "placement": _gangs,
     "services": _services,
     "gpu_share": _shares,
+    "gpu_model": _models,
+    "cpus_per_gpu": _strandings,
+    "pack_nodes": _spread,
 }
 
 
