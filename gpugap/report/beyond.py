@@ -116,8 +116,8 @@ def text(b: BeyondIdle, width: int) -> list[str]:
     s = b.stranded
     out = ["", HEADING]
     if not (s.allocated_gpu_h or s.usable_free_gpu_h or s.unavailable_gpu_h):
-        out.append("  stranded GPUs: no node capacity polled in the window "
-                   "(gpugap produce slurm-capacity / kubernetes-capacity)")  # fmt: skip
+        out += ["  stranded GPUs: no node capacity polled in the window",
+                "  (gpugap produce slurm-capacity, kubernetes-capacity)"]  # fmt: skip
     else:
         out += [
             f"  free GPU-h: {_g(s.usable_free_gpu_h)} usable, {_g(s.stranded_cpu_gpu_h)} "

@@ -5,12 +5,15 @@ a Slurm QOS and an association with GrpTRES gres/gpu, written through the sink."
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.report import build_report, render
 from gpugap.schemas import K8sPodEvent, NodeGpus, Record, SlurmJobEvent
 from gpugap.schemas.models import QueueQuota
 from gpugap.warehouse.client import connect
+from gpugap.web import queries
+from gpugap.web.params import Filters
 from tests.warehouse.test_lost_work import minutes
 from tests.warehouse.test_stranded import query
 from tests.warehouse.test_views import store
@@ -145,3 +148,24 @@ def test_the_report_ranks_queues_by_unused_entitlement(clickhouse: ClickHouseSet
         line.split()[:3] == ["c/kueue_cluster_queue/team-a", "8.00", "8.00"]
         for line in section.splitlines()
     )
+
+
+def test_the_pages_queue_table_takes_the_cluster_filter(clickhouse: ClickHouseSettings) -> None:
+    store(clickhouse, estate())
+    client = connect(clickhouse)
+
+    def table(**filters: Any) -> list[tuple[object, ...]]:
+        q = queries.queue_quotas(Filters(since=T0, until=T0 + timedelta(hours=1), **filters))
+        result = client.query(q.sql, parameters=q.params)
+        return [tuple(r[:5]) + tuple(round(x, 6) for x in r[5:]) for r in result.result_rows]
+
+    try:
+        here, elsewhere = table(clusters=("c",)), table(clusters=("other",))
+    finally:
+        client.close()
+    assert here[:2] == [
+        # entitled, held, consumed, unused, borrowed, pending workload-h, waited
+        ("c", "slurm_association", "", "vision", "", 16.0, 2.0, 2.0, 14.0, 0.0, 0.0, 0.0),
+        ("c", "kueue_cluster_queue", "", "team-b", "research", 8.0, 0.0, 0.0, 8.0, 0.0, 3.0, 0.0),
+    ]
+    assert len(here) == 6 and elsewhere == []

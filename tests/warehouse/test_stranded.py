@@ -14,10 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.report import build_report, render
 from gpugap.report.beyond import HEADING
-from gpugap.schemas import Record
+from gpugap.schemas import NodeGpus, Record, SlurmJobEvent
 from gpugap.schemas.models import NodeAllocation, NodeCapacity
 from gpugap.warehouse.client import connect
-from gpugap.web import metrics
+from gpugap.web import metrics, queries
+from gpugap.web.params import Filters
 from gpugap.web.queries import Query
 from tests.warehouse.test_lost_work import minutes
 from tests.warehouse.test_views import store
@@ -223,3 +224,29 @@ def test_metrics_state_stranded_gpus_at_each_nodes_latest_poll(
         (("cause", "cpu"), ("cluster", "c")): 7.0,
         (("cause", "memory"), ("cluster", "c")): 4.0625,
     }
+
+
+def test_the_pages_stranded_table_takes_the_team_filter(clickhouse: ClickHouseSettings) -> None:
+    job = SlurmJobEvent(
+        event_id="slurm/c/1/0/start", kind="start", time=T0, source="hook", cluster="c",
+        job_id="1", user="alice", account="vision", nodes=(NodeGpus(node="n1", gpu_indices=(0,)),),
+        gpus_total=1, start_time=T0, state="RUNNING",
+    )  # fmt: skip
+    store(clickhouse, [*nodes(), job])
+    client = connect(clickhouse)
+
+    def table(**filters: Any) -> list[tuple[object, ...]]:
+        q = queries.stranded(Filters(since=T0, until=T0 + timedelta(hours=1), **filters))
+        result = client.query(q.sql, parameters=q.params)
+        return [tuple(r[:5]) + tuple(round(x, 6) for x in r[6:]) for r in result.result_rows]
+
+    try:
+        everyone, vision = table(), table(teams=("vision",))
+    finally:
+        client.close()
+    assert everyone == [
+        ("c", "slurm/c/1", "slurm", "vision", "batch", 7.0, 0.0),
+        ("c", "k8s/c/p", "", "", "", 0.0, 4.0),
+        ("c", "k8s/c/q", "", "", "", 0.0, 0.0625),
+    ]
+    assert vision == everyone[:1]
