@@ -26,6 +26,7 @@ from gpugap.producers.kubernetes.bounds import carried, str_map
 from gpugap.producers.kubernetes.handoff import Handoff
 from gpugap.producers.kubernetes.ledger import Ledger
 from gpugap.producers.kubernetes.owners import OwnerResolver, client_fetch, owner_map_keys
+from gpugap.producers.kubernetes.queues import pod_queue
 from gpugap.producers.kubernetes.resources import GpuRule
 from gpugap.producers.kubernetes.settings import KubernetesSettings
 from gpugap.producers.kubernetes.tracker import Enricher, Enrichment, Tracker
@@ -94,6 +95,7 @@ def make_enricher(k8s: KubernetesSettings, resolver: OwnerResolver) -> Enricher:
             team=team,
             gang_id=gang_id,
             gang_size=gang_size,
+            queue=pod_queue(labels, annotations),
             labels=carried(str_map(labels), k8s.carry_labels),
         )
 

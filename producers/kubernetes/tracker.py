@@ -58,6 +58,8 @@ class Enrichment:
     gang_size: int | None = None
     #: the carried labels (GPUGAP_K8S_CARRY_LABELS), sorted (key, value) pairs
     labels: tuple[tuple[str, str], ...] = ()
+    #: its queue manager's queue (queues.pod_queue: already a valid Name or None)
+    queue: str | None = None
 
     def bounded(self) -> Enrichment:
         """Within the schema's bounds: long values truncated with a marker (``bounds.fit``),
@@ -158,7 +160,7 @@ class Tracker:
             st.created = e.created_time
             st.enrichment = Enrichment(
                 e.owner_kind, e.owner_name, e.workload_class, e.owner, e.team, e.gang_id,
-                e.gang_size, tuple(sorted(e.labels.items())),
+                e.gang_size, tuple(sorted(e.labels.items())), e.queue,
             )  # fmt: skip
             self.pods[e.uid] = st
 
@@ -292,6 +294,7 @@ class Tracker:
             team=e.team,
             gang_id=e.gang_id,
             gang_size=e.gang_size,
+            queue=e.queue,
             resource_version=st.resource_version,
             labels=dict(e.labels),
         )

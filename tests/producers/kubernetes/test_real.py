@@ -685,7 +685,7 @@ def test_the_producers_identity_may_not_write(world: World) -> None:
             ("DELETE", pods, None),
             ("GET", f"{pods}/target/log", None),
             ("POST", f"{pods}/target/exec?command=sh&stdout=true", None),
-            ("GET", "/api/v1/nodes", None),
+            ("PATCH", "/api/v1/nodes/gpu-a100-01", {"metadata": {"labels": {"a": "b"}}}),
             ("GET", f"/api/v1/namespaces/{w.ns}/secrets", None),
             ("GET", f"/apis/batch/v1/namespaces/{w.ns}/jobs", None),  # owners: get only
             ("DELETE", f"/apis/batch/v1/namespaces/{w.ns}/jobs/j", None),

@@ -427,6 +427,11 @@ def test_rbac_is_read_only_and_covers_every_owner_the_producer_resolves() -> Non
     }
     assert set().union(*granted.values()) <= {"get", "list", "watch"}
     assert granted.pop(("", "pods")) == {"get", "list", "watch"}
+    # the polled producers (kubernetes-capacity, kubernetes-queues) list these, read-only
+    for listed in (("", "nodes"), ("kueue.x-k8s.io", "clusterqueues"),
+                   ("kueue.x-k8s.io", "localqueues"), ("scheduling.run.ai", "queues"),
+                   ("scheduling.volcano.sh", "queues")):  # fmt: skip
+        assert granted.pop(listed) == {"get", "list", "watch"}, listed
     assert granted == {(group, plural): {"get"} for (group, _), plural in RESOLVABLE.items()}
 
 
