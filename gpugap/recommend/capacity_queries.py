@@ -20,17 +20,13 @@ from gpugap.recommend.model import PEAK_QUANTILE, GpuModel, ModelUse
 from gpugap.recommend.packing import SpreadRun
 from gpugap.recommend.queries import class_of, params_of, target_of
 from gpugap.recommend.stranding import Stranding
+from gpugap.recommend.usage_queries import META_COLUMNS, META_SQL
 from gpugap.schemas.models import RecommendationTarget
 from gpugap.schemas.types import WorkloadClass
 from gpugap.warehouse.client import run_query
 
 _W = "{since:DateTime64(3, 'UTC')}"
 _U = "{until:DateTime64(3, 'UTC')}"
-_META = """
-    SELECT cluster, allocation_id, owner, team, name, partition, owner_kind, owner_name
-    FROM v_allocations WHERE allocation_id IN (SELECT allocation_id FROM per_alloc)
-"""
-_META_COLUMNS = ("owner", "team", "name", "partition", "owner_kind", "owner_name")
 
 # every GPU node polled before the window's end: its latest pool and model, one GPU's largest
 # memory reported, whether it was polled in the window, the rate card's rate for it
@@ -86,7 +82,7 @@ per_alloc AS (
     GROUP BY g.cluster, g.allocation_id, model
     HAVING gpu_h > 0
 ),
-meta AS ({_META})
+meta AS ({META_SQL})
 SELECT a.cluster, a.allocation_id, a.sched, a.cls, a.model, a.pool, a.model_memory, a.rate,
     a.currency, a.gpus, a.gpu_h, a.consumed_h, a.measured, a.with_memory, a.peak, a.memory,
     m.owner, m.team, m.name, m.partition, m.owner_kind, m.owner_name
@@ -154,7 +150,7 @@ ORDER BY s.cluster, s.allocation_id
 
 
 def _target(r: tuple[Any, ...], cluster: str, unit: str, scheduler: str) -> Any:
-    m = dict(zip(_META_COLUMNS, (v or "" for v in r), strict=True))
+    m = dict(zip(META_COLUMNS, (v or "" for v in r), strict=True))
     if not m["name"]:  # no allocation event: the allocation is its own workload
         m["name"] = unit
     return target_of({"cluster": cluster, "scheduler": scheduler, **m})

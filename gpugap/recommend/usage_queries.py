@@ -25,11 +25,13 @@ from gpugap.warehouse.client import run_query
 
 _W = "{since:DateTime64(3, 'UTC')}"
 _U = "{until:DateTime64(3, 'UTC')}"
-_META = """
+#: the allocations' metadata (owner, team, name, ...) for a query's ``per_alloc``; shared with
+#: capacity_queries
+META_SQL = """
     SELECT cluster, allocation_id, owner, team, name, partition, owner_kind, owner_name
     FROM v_allocations WHERE allocation_id IN (SELECT allocation_id FROM per_alloc)
 """
-_META_COLUMNS = ("owner", "team", "name", "partition", "owner_kind", "owner_name")
+META_COLUMNS = ("owner", "team", "name", "partition", "owner_kind", "owner_name")
 
 SERVICE_HOURS = f"""
 WITH per_alloc AS (
@@ -43,7 +45,7 @@ WITH per_alloc AS (
     GROUP BY cluster, allocation_id, hour
     HAVING alloc_h > 0
 ),
-meta AS ({_META})
+meta AS ({META_SQL})
 SELECT a.cluster, a.allocation_id, a.sched, a.hour, a.gpus, a.alloc_h, a.consumed_h,
     m.owner, m.team, m.name, m.partition, m.owner_kind, m.owner_name
 FROM per_alloc AS a
@@ -66,7 +68,7 @@ WITH per_alloc AS (
     GROUP BY cluster, allocation_id
     HAVING peak <= {{max_fit:Float64}} AND memory > 0
 ),
-meta AS ({_META}),
+meta AS ({META_SQL}),
 models AS (
     SELECT cluster, argMax(gpu_model, priority) AS model FROM v_rate_card GROUP BY cluster
 )
@@ -81,7 +83,7 @@ ORDER BY a.cluster, a.allocation_id
 
 
 def _meta(r: tuple[Any, ...], cluster: str, allocation_id: str, scheduler: str) -> Any:
-    m = dict(zip(_META_COLUMNS, (v or "" for v in r), strict=True))
+    m = dict(zip(META_COLUMNS, (v or "" for v in r), strict=True))
     if not m["name"]:  # no allocation event: the allocation is its own workload
         m["name"] = allocation_id
     return target_of({"cluster": cluster, "scheduler": scheduler, **m})
