@@ -13,6 +13,7 @@ from collections.abc import Callable
 from gpugap.simulator import gang, kube, patterns, scenario
 from gpugap.simulator.estate import build as build_estate
 from gpugap.simulator.plan import Placer, Plan
+from gpugap.simulator.resources import Sampler
 
 _PATTERNS: dict[str, Callable[..., None]] = {
     "slurm_training": patterns.slurm_training,
@@ -25,6 +26,7 @@ _PATTERNS: dict[str, Callable[..., None]] = {
     "k8s_gang": gang.k8s_gang,
     "k8s_sweep": kube.k8s_sweep,
     "unattributed": kube.unattributed,
+    "cpu_only": patterns.cpu_only,
 }
 
 
@@ -40,6 +42,10 @@ def build(sc: scenario.Scenario, window: int | None = None) -> Plan:
         for i, w in enumerate(cluster.workloads):
             kind: str = w.kind
             rng = random.Random(f"{seed}/{cluster.name}/{i}/{kind}")
+            # CPUs and memory beside the GPUs: a stream of their own (resources.py)
+            placer.sampler = Sampler(
+                w, random.Random(f"{seed}/{cluster.name}/{i}/{kind}/resources")
+            )
             _PATTERNS[kind](ctx, rng, cluster.name, w)
     placer.run()
     return plan

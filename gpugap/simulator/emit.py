@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpugap.groundfloor.kafka.publish import Publisher
-from gpugap.schemas import Topic
-from gpugap.schemas.topics import SAMPLES
+from gpugap.schemas import Topic, encode
+from gpugap.schemas.topics import NODE_CAPACITY, SAMPLES
 from gpugap.simulator import scenario
 from gpugap.simulator.activity import NOISE, NOISE_MASK
+from gpugap.simulator.capacity import polls
 from gpugap.simulator.estate import Node
 from gpugap.simulator.events import encoded, scheduler_events
 from gpugap.simulator.loss import first_sample, lost_samples
@@ -97,6 +98,7 @@ class Emitter:
     ) -> Stats:
         """Publish everything; ``speed`` = simulated seconds per wall second (None: no waits)."""
         self._schedule_events()
+        self._schedule_capacity()
         nodes = self._nodes()
         states: list[list[Any]] = [[] for _ in nodes]
         until = [-INF] * len(nodes)  # each node's state holds until then
@@ -184,6 +186,19 @@ class Emitter:
                 self._later(t + rng.randint(1, f.event_max_delay), 0, (topic, key, val, t))
                 stats.duplicates[topic.name] += 1
 
+    def _schedule_capacity(self) -> None:
+        """Node capacity polls (capacity.py), in event time; duplicated at the samples' rate
+        (a re-delivered poll changes no figure), never lost, late or malformed. Their draws
+        come from a stream of their own: the other faults stay as they were."""
+        meta, f = self.sc.scenario, self.sc.faults
+        rng = random.Random(f"{meta.seed}/capacity-faults")
+        for t, r in polls(self.plan, meta.start, meta.capacity_interval, self.window):
+            msg = (NODE_CAPACITY, NODE_CAPACITY.key_for(r), encode(r), t)
+            self._later(t, 0, msg)
+            if f.sample_duplicate_rate and rng.random() < f.sample_duplicate_rate:
+                self._later(t + rng.randint(1, f.sample_max_delay), 0, msg)
+                self.stats.duplicates[NODE_CAPACITY.name] += 1
+
     async def _sample_fault(self, pub: Publisher, r: float, msg: Msg) -> None:
         f = self.sc.faults
         late = f.sample_late_rate
@@ -222,6 +237,8 @@ class Emitter:
         await pub.send_encoded(topic, key, val, self.clock.origin_ms + t * 1000)
         self.stats.records[topic.name] += 1
         self.stats.bytes += len(val)
+        if topic is NODE_CAPACITY:  # never malformed: no draw from the faults' stream
+            return
         if topic is not SAMPLES and self._rng.random() < self.sc.faults.malformed_rate:
             await self._malformed(pub, msg)
 

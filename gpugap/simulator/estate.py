@@ -14,6 +14,7 @@ import json
 import random
 import uuid
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from gpugap.schemas.types import ActivityMetric
@@ -21,7 +22,7 @@ from gpugap.simulator.scenario import Cluster, NodeGroup, Scenario
 from gpugap.simulator.specs import MIG_PROFILES
 
 if TYPE_CHECKING:
-    from gpugap.simulator.plan import Holding
+    from gpugap.simulator.plan import Allocation, Holding
 
 
 def gpu_uuid(cluster: str, node: str, index: int) -> str:
@@ -78,6 +79,17 @@ class Node:
     interval: int  # seconds between samples
     offset: int  # samples at offset + k * interval (s after the start): agents are not in step
     devices: list[Device]
+    #: what its capacity polls say (node-capacity.v1): physical GPUs, CPUs, memory (MiB)
+    gpus: int = 0
+    cpus: Fraction = Fraction(0)
+    memory_mib: Fraction = Fraction(0)
+    #: the group's GPU model and one GPU's memory (MiB)
+    model: str = ""
+    gpu_memory_mib: float = 0.0
+    #: while planning: some allocation on it holds other than its GPUs' share of CPUs/memory
+    uneven: bool = False
+    #: allocations on it that hold CPUs and memory and no GPU (``cpu_only``)
+    cpu_only: list[Allocation] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -108,6 +120,11 @@ def build(sc: Scenario) -> Estate:
                     interval=interval,
                     offset=rng.randrange(interval),
                     devices=_devices(cluster, group, name, rng),
+                    gpus=group.gpus,
+                    cpus=Fraction(group.node_cpus),
+                    memory_mib=Fraction(group.node_memory_mib),
+                    model=group.model,
+                    gpu_memory_mib=group.memory_mib,
                 )
                 for d in node.devices:
                     d.interval, d.offset = node.interval, node.offset

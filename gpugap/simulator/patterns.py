@@ -3,9 +3,12 @@ placed, into allocations with an activity program per GPU (see activity.py)."""
 
 from __future__ import annotations
 
+import functools
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from gpugap.simulator import activity as act
 from gpugap.simulator import scenario
@@ -299,3 +302,60 @@ def slurm_array(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.SlurmArr
                 array=(shared, task),
             )
             at += rng.randint(*w.stagger)
+
+
+# --- CPU-only work on GPU nodes --------------------------------------------------------------
+
+
+def cpu_only(ctx: Ctx, rng: random.Random, cluster: str, w: scenario.CpuOnly) -> None:
+    """Jobs (Slurm) or pods (Kubernetes) that hold CPUs and memory of a GPU node and no GPU:
+    seen only in the nodes' capacity polls (no GPU, so no scheduler events are emitted)."""
+    pool = ctx.pool(cluster, w.group)
+    slurm = ctx.estate.clusters[cluster].scheduler == "slurm"
+    for i, t in enumerate(arrivals(ctx, rng, w)):
+        user, team = ctx.owner(rng, w.teams)
+        cpus = Fraction(round(rng.uniform(*w.cpus) * 1000), 1000)
+        mem = Fraction(round(rng.uniform(*w.memory_gib) * 1024))
+        length = rng.randint(*w.duration)
+        if slurm:
+            n = ctx.next_job.get(f"{cluster}/cpu", 900000)
+            ctx.next_job[f"{cluster}/cpu"] = n + 1
+            ident, name = f"slurm/{cluster}/{n}", f"cpu-{i:03d}"
+        else:
+            name = f"{team}-cpu-{i:03d}-{suffix(rng)}"
+            uid = uuid.uuid5(uuid.NAMESPACE_URL, f"k8s/{cluster}/cpu/{name}")
+            ident = f"k8s/{cluster}/{uid}"
+
+        req = Request(t, pool, [0], _noop, cpu_only=(cpus, mem))
+        req.realize = functools.partial(
+            _cpu_job, ctx, req, cluster=cluster, ident=ident, who=(user, team), name=name,
+            length=length, slurm=slurm,
+        )  # fmt: skip
+        ctx.placer.submit(req)
+
+
+def _noop(_start: int, _placed: list[list[Device]]) -> None:
+    return None
+
+
+def _cpu_job(
+    ctx: Ctx,
+    req: Request,
+    start: int,
+    _placed: list[list[Device]],
+    *,
+    cluster: str,
+    ident: str,
+    who: tuple[str, str],
+    name: str,
+    length: int,
+    slurm: bool,
+) -> None:
+    [node] = req.nodes
+    sched = "slurm" if slurm else "kubernetes"
+    a = Allocation(ident, sched, cluster, "cpu_only", "batch", *who, name, start, start + length)
+    assert req.cpu_only is not None
+    a.cpus[node.name], a.memory_mib[node.name] = req.cpu_only
+    node.cpu_only.append(a)
+    node.uneven = True
+    ctx.plan.cpu_only.append(a)

@@ -23,6 +23,7 @@ from gpugap.simulator.specs import (
     MIG_PROFILES,
     SAFE_TEXT,
     AnyWorkload,
+    CpuOnly,
     Ident,
     K8sGang,
     K8sInference,
@@ -45,6 +46,7 @@ from gpugap.simulator.specs import (
 )
 
 __all__ = [
+    "CpuOnly",
     "K8sGang",
     "K8sInference",
     "K8sJob",
@@ -72,7 +74,24 @@ class NodeGroup(Spec):
     memory_mib: Annotated[float, Field(gt=0)] = 81559.0
     power_w: tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(gt=0)]] = (70.0, 700.0)
     mig_profile: str | None = Field(default=None, description="partition every GPU (MIG)")
-    spare: int = Field(default=0, ge=0, description="nodes no scheduler places work on")
+    spare: int = Field(
+        default=0,
+        ge=0,
+        description="nodes no scheduler places work on (drained: their capacity polls say "
+        "not schedulable)",
+    )
+    cpus: PosInt | None = Field(default=None, description="per node; default 8 per GPU")
+    memory_gib: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="per node; default 64 GiB per GPU"
+    )
+
+    @property
+    def node_cpus(self) -> int:
+        return self.cpus if self.cpus is not None else 8 * self.gpus
+
+    @property
+    def node_memory_mib(self) -> float:
+        return (self.memory_gib if self.memory_gib is not None else 64.0 * self.gpus) * 1024
 
     @model_validator(mode="after")
     def _check(self) -> NodeGroup:
@@ -103,6 +122,12 @@ class Meta(Spec):
     seed: int = 1
     idle_threshold: Level = 0.05
     idle_minutes: PosInt = 10
+    capacity_interval: Seconds = Field(
+        default=0,
+        ge=0,
+        le=3600,
+        description="node capacity polls (node-capacity.v1) every so often; 0: none",
+    )
 
     @field_validator("start")
     @classmethod

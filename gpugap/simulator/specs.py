@@ -60,6 +60,10 @@ Seconds = Annotated[int, BeforeValidator(parse_duration)]
 Span = Annotated[tuple[Seconds, Seconds], BeforeValidator(_as_range), AfterValidator(_ordered)]
 PosInt = Annotated[int, Field(ge=1)]
 IntRange = Annotated[tuple[PosInt, PosInt], BeforeValidator(_as_range), AfterValidator(_ordered)]
+PosFloat = Annotated[float, Field(gt=0.0)]
+FloatRange = Annotated[
+    tuple[PosFloat, PosFloat], BeforeValidator(_as_range), AfterValidator(_ordered)
+]
 Level = Annotated[float, Field(ge=0.0, le=1.0)]
 LevelRange = Annotated[tuple[Level, Level], BeforeValidator(_as_range), AfterValidator(_ordered)]
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -80,6 +84,10 @@ class Workload(Spec):
     start_within: Span | None = Field(
         default=None, description="arrival window relative to the start; default the scenario"
     )
+    #: what each allocation holds beside a GPU (drawn per allocation from a stream of its own,
+    #: so the other draws stay as they were); default: its node's per-GPU share
+    cpus_per_gpu: FloatRange | None = None
+    memory_gib_per_gpu: FloatRange | None = None
 
 
 class Padded(Workload):
@@ -188,6 +196,16 @@ class Unattributed(Workload):
     level: LevelRange = (0.2, 0.6)
 
 
+class CpuOnly(Workload):
+    """Jobs or pods on GPU nodes that hold CPUs and memory and no GPU (capacity polls only:
+    no scheduler events, no samples)."""
+
+    kind: Literal["cpu_only"]
+    cpus: FloatRange = (8.0, 32.0)
+    memory_gib: FloatRange = (16.0, 128.0)
+    duration: Span = (600, 3600)
+
+
 AnyWorkload = Annotated[
     SlurmTraining
     | SlurmBatch
@@ -198,6 +216,7 @@ AnyWorkload = Annotated[
     | K8sJob
     | K8sGang
     | K8sSweep
-    | Unattributed,
+    | Unattributed
+    | CpuOnly,
     Field(discriminator="kind"),
 ]

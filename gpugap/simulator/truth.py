@@ -39,7 +39,7 @@ from typing import Any
 
 from gpugap.schemas.shares import mig_share, slices_of
 from gpugap.schemas.types import format_utc
-from gpugap.simulator import scenario
+from gpugap.simulator import scenario, truth_stranded
 from gpugap.simulator.activity import milli, value
 from gpugap.simulator.estate import Device
 from gpugap.simulator.loss import lost_samples
@@ -270,6 +270,8 @@ def compute(sc: scenario.Scenario, plan: Plan, window: int) -> dict[str, Any]:
         "partial_gangs": _gangs(plan, window, at, shares),
         "time_limit_padding": _padding(plan, window),
         "unattributed": unattributed,
+        # node capacity polls: allocated, usable, stranded, unavailable (truth_stranded.py)
+        "stranded": truth_stranded.compute(sc, plan, window),
     }
 
 

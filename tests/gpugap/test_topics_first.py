@@ -22,7 +22,14 @@ from gpugap.groundfloor.kafka.publish import KafkaPublisher
 from gpugap.groundfloor.settings import KafkaSettings, ServicesSettings, Settings
 from gpugap.schemas import Record, Topic
 from gpugap.schemas.errors import GpugapError
-from gpugap.schemas.topics import ALERTS, ALLOCATIONS, DEAD_LETTER, MINUTES, SAMPLES
+from gpugap.schemas.topics import (
+    ALERTS,
+    ALLOCATIONS,
+    DEAD_LETTER,
+    MINUTES,
+    NODE_CAPACITY,
+    SAMPLES,
+)
 from gpugap.services.kafka import LocalKafka
 from gpugap.sinks.base import BatchingSink
 from gpugap.sinks.clickhouse.sink import ClickHouseSink
@@ -105,7 +112,8 @@ def test_replay_creates_its_topics_first(
     caplog.clear()
     assert main(["replay", str(tmp_path / "sim.jsonl")]) == 0
     assert loud(caplog) == []
-    assert set(asyncio.run(topics(kafka))) == set(INPUTS)
+    # the worker's inputs, and the node capacity polls the sink reads
+    assert set(asyncio.run(topics(kafka))) == {*INPUTS, NODE_CAPACITY.name}
 
 
 def test_worker_started_before_the_producers(kafka: KafkaSettings, tmp_path: Path) -> None:

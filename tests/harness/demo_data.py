@@ -11,7 +11,7 @@ process, with nothing in between but lists:
   its input is quiet, publishing minutes, alerts and dead letters into a second such publisher;
 - ClickHouseSink (with the default idle policy, as ``from_settings`` gives it) writes what the
   sink consumes: the worker's minutes, alerts and dead letters and the simulator's Slurm and
-  Kubernetes events, then rolls the hours and days up when it closes.
+  Kubernetes events and node capacity polls, then rolls the hours and days up when it closes.
 
 The differences from the demo are the ones Kafka makes: no partitions, offsets or retries, and
 the scheduler events the sink could not decode are left out instead of dead-lettered by it.
@@ -28,14 +28,29 @@ from gpugap.groundfloor.kafka.consume import RawMessage
 from gpugap.groundfloor.settings import ClickHouseSettings, IdleSettings
 from gpugap.schemas import Record, by_name, decode
 from gpugap.schemas.errors import InvalidRecord
-from gpugap.schemas.topics import ALERTS, DEAD_LETTER, K8S_PODS, MINUTES, SAMPLES, SLURM_JOBS
+from gpugap.schemas.topics import (
+    ALERTS,
+    DEAD_LETTER,
+    K8S_PODS,
+    MINUTES,
+    NODE_CAPACITY,
+    SAMPLES,
+    SLURM_JOBS,
+)
 from gpugap.sinks.clickhouse.sink import ClickHouseSink
 from gpugap.streams.core import CoreConfig
 from gpugap.streams.join import Join
 from tests.harness.capture import Capture, Msg
 
 WORKER_INPUTS = {SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name}
-SINK_INPUTS = {MINUTES.name, SLURM_JOBS.name, K8S_PODS.name, ALERTS.name, DEAD_LETTER.name}
+SINK_INPUTS = {
+    MINUTES.name,
+    SLURM_JOBS.name,
+    K8S_PODS.name,
+    ALERTS.name,
+    DEAD_LETTER.name,
+    NODE_CAPACITY.name,  # the simulator's node capacity polls: stranded GPUs
+}
 BATCH = 20_000  # records per sink write (the sink's own batches are of this order)
 
 
@@ -115,7 +130,9 @@ def load(settings: ClickHouseSettings, scenario: str = "demo") -> dict[str, Any]
     t1 = time.perf_counter()
     produced = asyncio.run(_work(published))
     t2 = time.perf_counter()
-    scheduler = [m for m in published if m[0] in (SLURM_JOBS.name, K8S_PODS.name)]
+    scheduler = [
+        m for m in published if m[0] in (SLURM_JOBS.name, K8S_PODS.name, NODE_CAPACITY.name)
+    ]
     records = decoded(produced) + decoded(scheduler)
     asyncio.run(_store(settings, records))
     t3 = time.perf_counter()

@@ -21,7 +21,7 @@ from gpugap.producers.base import run_producer
 from gpugap.schemas import GpuSample, decode, encode
 from gpugap.schemas.errors import ConfigError, InvalidRecord
 from gpugap.schemas.shares import mig_share
-from gpugap.schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, by_name
+from gpugap.schemas.topics import K8S_PODS, NODE_CAPACITY, SAMPLES, SLURM_JOBS, by_name
 from gpugap.simulator import build
 from gpugap.simulator import scenario as scenarios
 from gpugap.simulator.simulator import Simulator
@@ -64,6 +64,7 @@ class Reference:
         self.samples: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.sample_bytes: dict[tuple[str, str, str], set[bytes]] = defaultdict(set)
         self.out_of_order: Counter[str] = Counter()
+        self.polls = 0
         self.models: dict[tuple[str, str], str] = {}
         last: dict[str, float] = defaultdict(float)
         with path.open("rb") as fh:
@@ -88,6 +89,8 @@ class Reference:
                     k = (v["cluster"], v["node"], v["time"])
                     self.samples[k] = v
                     self.sample_bytes[k].add(raw)
+                elif topic == NODE_CAPACITY.name:  # tests/simulator/test_stranded.py
+                    self.polls += 1
                 else:
                     self.events[v["event_id"]] = v
                     self.event_bytes[v["event_id"]].add(raw)

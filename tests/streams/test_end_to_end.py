@@ -132,7 +132,7 @@ def test_worker_killed_twice_gives_the_same_totals_and_alerts(
     seed = int(os.environ.get("KILL_SEED") or random.randrange(1 << 32))
     rng = random.Random(seed)
     kills = []
-    total = 1970  # messages the small scenario publishes (its summary line says so)
+    total = 1971  # messages the small scenario publishes to the worker (+484 capacity polls)
     for _ in range(2):
         port = free_port()
         worker = subprocess.Popen(

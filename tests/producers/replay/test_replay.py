@@ -15,10 +15,11 @@ from gpugap.cli import main
 from gpugap.groundfloor.settings import KafkaSettings
 from gpugap.schemas import decode, encode
 from gpugap.schemas.examples import one_of_each
-from gpugap.schemas.topics import K8S_PODS, SAMPLES, SLURM_JOBS, by_name
+from gpugap.schemas.topics import K8S_PODS, NODE_CAPACITY, SAMPLES, SLURM_JOBS, by_name
 from tests.harness.topics import create_topics
 
-TOPICS = [SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name]
+# what the simulator publishes (node capacity polls too, docs/simulator.md)
+TOPICS = [SAMPLES.name, SLURM_JOBS.name, K8S_PODS.name, NODE_CAPACITY.name]
 
 
 def lines(path: Path) -> list[bytes]:
