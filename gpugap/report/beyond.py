@@ -45,7 +45,7 @@ QUEUES = (
     "SELECT concat(cluster, '/', kind, '/', if(namespace = '', '', concat(namespace, '/')), "
     "queue) AS name, max(parent) AS parent, sum(entitled_gpu_h) AS entitled, "
     "sum(allocated_gpu_h) AS allocated, sum(consumed_gpu_h) AS consumed, "
-    "sum(unused_gpu_h) AS unused, sum(borrowed_gpu_h) AS borrowed, "
+    "sum(unused_gpu_h) AS unused, sum(borrowed_gpu_h) AS borrowed, sum(lent_gpu_h) AS lent, "
     "sum(pending_workload_h) AS pending, sum(waited_gpu_h) AS waited "
     "FROM v_queue_quota_hourly "
     "WHERE hour >= {since:DateTime('UTC')} AND hour < {until:DateTime('UTC')} "
@@ -99,6 +99,7 @@ def beyond_idle(queries: Any) -> BeyondIdle:
                 consumed_gpu_h=_h(r["consumed"]),
                 unused_gpu_h=_h(r["unused"]),
                 borrowed_gpu_h=_h(r["borrowed"]),
+                lent_gpu_h=_h(r["lent"]),
                 pending_workload_h=_h(r["pending"]),
                 waited_gpu_h=_h(r["waited"]),
             )
@@ -144,12 +145,12 @@ def text(b: BeyondIdle, width: int) -> list[str]:
         )]  # fmt: skip
     if b.queues:
         out += ["", "  queues: entitlement beside what their work held and used", *table(
-            [Col("queue", max=48), Col("entitled GPU-h", True), Col("held", True),
-             Col("consumed", True), Col("unused", True), Col("pending wl-h", True),
-             Col("waited GPU-h", True)],
+            [Col("queue", max=40), Col("entitled GPU-h", True), Col("held", True),
+             Col("consumed", True), Col("unused", True), Col("lent", True),
+             Col("pending wl-h", True), Col("waited", True)],
             [[r.queue, _g(r.entitled_gpu_h), _g(r.allocated_gpu_h), _g(r.consumed_gpu_h),
-              _g(r.unused_gpu_h), _g(r.pending_workload_h), _g(r.waited_gpu_h)]
-             for r in b.queues],
+              _g(r.unused_gpu_h), _g(r.lent_gpu_h), _g(r.pending_workload_h),
+              _g(r.waited_gpu_h)] for r in b.queues],
             width,
         )]  # fmt: skip
     return out

@@ -207,6 +207,7 @@ class QueueRow(_Model):
     consumed_gpu_h: float
     unused_gpu_h: float = Field(description="entitlement nobody in the queue held")
     borrowed_gpu_h: float
+    lent_gpu_h: float = Field(description="its unused entitlement its siblings borrowed")
     pending_workload_h: float = Field(description="workload-hours waiting to be admitted")
     waited_gpu_h: float = Field(description="GPU-hours its started work waited")
 

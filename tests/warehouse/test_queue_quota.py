@@ -87,6 +87,10 @@ def estate() -> list[Record]:
         *quota_polls("kueue_cluster_queue", "team-b", parent="research", flavor="a100",
                      entitled_gpus=8.0, limit_gpus=12.0, held_gpus=0.0, borrowed_gpus=0.0,
                      pending_workloads=3, admitted_workloads=0),
+        # their sibling, entitled to 4, holding 6: 2 borrowed, from team-b's unused 8
+        *quota_polls("kueue_cluster_queue", "team-c", parent="research", flavor="a100",
+                     entitled_gpus=4.0, limit_gpus=12.0, held_gpus=6.0, borrowed_gpus=2.0,
+                     pending_workloads=0, admitted_workloads=1),
         *quota_polls("kueue_local_queue", "lq-a", namespace="ml-a", parent="team-a",
                      held_gpus=8.0, pending_workloads=0),
         *quota_polls("kueue_local_queue", "lq-b", namespace="ml-b", parent="team-b",
@@ -112,20 +116,29 @@ def test_each_queue_beside_what_its_allocations_held_used_and_waited(
         "round(sum(limit_gpu_h), 6), round(sum(reported_held_gpu_h), 6), "
         "round(sum(pending_workload_h), 6), round(sum(allocated_gpu_h), 6), "
         "round(sum(consumed_gpu_h), 6), round(sum(waited_gpu_h), 6), "
-        "round(sum(unused_gpu_h), 6) "
+        "round(sum(unused_gpu_h), 6), round(sum(borrowed_gpu_h), 6), round(sum(lent_gpu_h), 6) "
         "FROM v_queue_quota_hourly WHERE cluster = 'c' "
         "GROUP BY kind, namespace, queue ORDER BY kind, namespace, queue",
     )
     assert got == [
         # held all 8 GPUs at 10 %: 0.8 of 8 GPU-hours consumed; its pod waited 30 min for 8
-        ("kueue_cluster_queue", "", "team-a", "research", 8.0, 12.0, 8.0, 0.0, 8.0, 0.8, 4.0, 0.0),
-        # entitled to 8 and holding none while 3 workloads waited the hour
-        ("kueue_cluster_queue", "", "team-b", "research", 8.0, 12.0, 0.0, 3.0, 0.0, 0.0, 0.0, 8.0),
-        ("kueue_local_queue", "ml-a", "lq-a", "team-a", 0.0, 0.0, 8.0, 0.0, 8.0, 0.8, 4.0, 0.0),
-        ("kueue_local_queue", "ml-b", "lq-b", "team-b", 0.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0),
-        ("slurm_association", "", "vision", "", 16.0, 16.0, 0.0, 0.0, 2.0, 2.0, 0.0, 14.0),
-        ("slurm_qos", "", "gpu-small", "", 4.0, 4.0, 0.0, 0.0, 2.0, 2.0, 0.0, 2.0),
-    ]
+        ("kueue_cluster_queue", "", "team-a", "research", 8.0, 12.0, 8.0, 0.0, 8.0, 0.8, 4.0, 0.0,
+         0.0, 0.0),
+        # entitled to 8 and holding none while 3 workloads waited the hour; team-c borrowed 2
+        # GPU-hours of its 8 unused: lent 8 x min(1, 2/8)
+        ("kueue_cluster_queue", "", "team-b", "research", 8.0, 12.0, 0.0, 3.0, 0.0, 0.0, 0.0, 8.0,
+         0.0, 2.0),
+        # no pod of it is stored: what its manager says it holds counts against its entitlement
+        ("kueue_cluster_queue", "", "team-c", "research", 4.0, 12.0, 6.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+         2.0, 0.0),
+        ("kueue_local_queue", "ml-a", "lq-a", "team-a", 0.0, 0.0, 8.0, 0.0, 8.0, 0.8, 4.0, 0.0,
+         0.0, 0.0),
+        ("kueue_local_queue", "ml-b", "lq-b", "team-b", 0.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0,
+         0.0, 0.0),
+        ("slurm_association", "", "vision", "", 16.0, 16.0, 0.0, 0.0, 2.0, 2.0, 0.0, 14.0, 0.0,
+         0.0),
+        ("slurm_qos", "", "gpu-small", "", 4.0, 4.0, 0.0, 0.0, 2.0, 2.0, 0.0, 2.0, 0.0, 0.0),
+    ]  # fmt: skip
 
 
 def test_the_report_ranks_queues_by_unused_entitlement(clickhouse: ClickHouseSettings) -> None:
@@ -142,7 +155,9 @@ def test_the_report_ranks_queues_by_unused_entitlement(clickhouse: ClickHouseSet
         ("c/kueue_cluster_queue/team-b", 8.0, 0.0, 0.0, 8.0, 3.0),
         ("c/slurm_qos/gpu-small", 4.0, 2.0, 2.0, 2.0, 0.0),
     ]
+    assert [q.lent_gpu_h for q in report.beyond_idle.queues if q.queue.endswith("team-b")] == [2.0]
     section = render(report, "table")
+    assert max(len(line) for line in section.splitlines()) <= 100
     assert "queues: entitlement beside what their work held and used" in section
     assert any(
         line.split()[:3] == ["c/kueue_cluster_queue/team-a", "8.00", "8.00"]
@@ -164,8 +179,9 @@ def test_the_pages_queue_table_takes_the_cluster_filter(clickhouse: ClickHouseSe
     finally:
         client.close()
     assert here[:2] == [
-        # entitled, held, consumed, unused, borrowed, pending workload-h, waited
-        ("c", "slurm_association", "", "vision", "", 16.0, 2.0, 2.0, 14.0, 0.0, 0.0, 0.0),
-        ("c", "kueue_cluster_queue", "", "team-b", "research", 8.0, 0.0, 0.0, 8.0, 0.0, 3.0, 0.0),
-    ]
-    assert len(here) == 6 and elsewhere == []
+        # entitled, held, consumed, unused, borrowed, lent, pending workload-h, waited
+        ("c", "slurm_association", "", "vision", "", 16.0, 2.0, 2.0, 14.0, 0.0, 0.0, 0.0, 0.0),
+        ("c", "kueue_cluster_queue", "", "team-b", "research", 8.0, 0.0, 0.0, 8.0, 0.0, 2.0, 3.0,
+         0.0),
+    ]  # fmt: skip
+    assert len(here) == 7 and elsewhere == []
