@@ -90,6 +90,12 @@ _QUOTAS = (
     "GROUP BY cluster, kind, namespace, queue "
     f"ORDER BY entitled DESC, cluster, kind, namespace, queue LIMIT {MAX_SERIES}"
 )
+# GPUs of the work spread thin (v_spread_work) that ran on the newest data's day
+_SPREAD = (
+    "SELECT cluster, team, sum(gpus) AS gpus, sum(extra_nodes) AS extra FROM v_spread_work "
+    "WHERE last_day >= toDate((SELECT latest_minute FROM v_data_extent)) "
+    f"GROUP BY cluster, team ORDER BY gpus DESC, cluster, team LIMIT {MAX_SERIES}"
+)
 _FRESH = f"SELECT cluster, toUnixTimestamp(m) + 60 AS t FROM {_LATEST} ORDER BY cluster"
 
 _GROUP = ("cluster", "scheduler", "workload_class", "team")
@@ -124,6 +130,10 @@ FAMILIES: Sequence[Family] = (
     Family("gpugap_gpus_stranded", "free GPU-equivalents nobody can use for the CPUs or memory "
            "others hold beyond their share, at each node's latest poll (v_stranded)", _STRANDED,
            ("cluster", "cause"), "gpus"),
+    Family("gpugap_spread_gpus", "GPUs of runs and gangs on more nodes than they needed, that "
+           "ran on the newest data's day (v_spread_work)", _SPREAD, ("cluster", "team"), "gpus"),
+    Family("gpugap_spread_extra_nodes", "the nodes beyond what those needed", _SPREAD,
+           ("cluster", "team"), "extra"),
     Family("gpugap_queue_entitled_gpus", "GPUs a queue is entitled to (nominal quota, "
            "deserved, GrpTRES) at its latest poll", _QUOTAS,
            ("cluster", "kind", "namespace", "queue"), "entitled"),

@@ -326,6 +326,20 @@ def stranded(f: Filters) -> Query:
     return bind(sql, f.bound())
 
 
+def spread_work(f: Filters) -> Query:
+    """Runs and gangs that held GPUs on more nodes than they needed (v_spread_work) on a day
+    of the range, most GPU-hours first."""
+    sql = (
+        "SELECT cluster, allocation_id, scheduler, team, workload_class, nodes, min_nodes, gpus, "
+        "allocated_gpu_h, consumed_gpu_h FROM v_spread_work "
+        "WHERE last_day >= toDate({since:DateTime('UTC')}) "
+        "AND first_day <= toDate({until:DateTime('UTC')} - INTERVAL 1 SECOND) "
+        f"AND {FILTER} ORDER BY allocated_gpu_h DESC, cluster, allocation_id "
+        "LIMIT {limit:UInt32}"
+    )
+    return bind(sql, f.bound())
+
+
 def queue_quotas(f: Filters) -> Query:
     """Each queue's entitlement in the range beside what its work held, consumed and waited
     (v_queue_quota_hourly), most unused first. Queues have no team or class: the cluster
@@ -431,6 +445,7 @@ FILTERED: dict[str, Callable[[Filters], Query]] = {
     "queue_wait": queue_wait,
     "lost_work": lost_work,
     "stranded": stranded,
+    "spread_work": spread_work,
     "queue_quotas": queue_quotas,
 }
 

@@ -250,3 +250,37 @@ def test_the_pages_stranded_table_takes_the_team_filter(clickhouse: ClickHouseSe
         ("c", "k8s/c/q", "", "", "", 0.0, 0.0625),
     ]
     assert vision == everyone[:1]
+
+
+def test_the_page_and_metrics_show_work_spread_thin(clickhouse: ClickHouseSettings) -> None:
+    store(clickhouse, spread_estate())
+    client = connect(clickhouse)
+
+    async def run(q: Query) -> tuple[list[str], list[Any]]:
+        result = client.query(q.sql, parameters=q.params)
+        return list(result.column_names), [list(r) for r in result.result_rows]
+
+    def page(**filters: Any) -> list[tuple[object, ...]]:
+        q = queries.spread_work(Filters(since=T0, until=T0 + timedelta(hours=1), **filters))
+        return [tuple(r[:8]) for r in asyncio.run(run(q))[1]]
+
+    try:
+        everyone, nlp = page(), page(teams=("nlp",))
+        next_day = [
+            tuple(r)
+            for r in asyncio.run(run(queries.spread_work(Filters(
+                since=T0 + timedelta(days=1), until=T0 + timedelta(days=2)))))[1]
+        ]  # fmt: skip
+        text = asyncio.run(metrics.Exporter(run).text())
+    finally:
+        client.close()
+    assert everyone == [("c", "slurm/c/9", "slurm", "vision", "batch", 4, 1, 4.0)]
+    assert nlp == next_day == []
+    samples = {
+        (fam.name, s.labels["team"]): s.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name.startswith("gpugap_spread")
+        for s in fam.samples
+    }
+    assert samples == {("gpugap_spread_gpus", "vision"): 4.0,
+                       ("gpugap_spread_extra_nodes", "vision"): 3.0}  # fmt: skip

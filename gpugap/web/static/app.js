@@ -233,11 +233,11 @@ function drawCost(cost) {
 async function loadEstate(s) {
   const q = apiParams(s);
   const [sum, ts, split, top, idle, gangs, alerts, free, padding, queue, cost, lost, stranded,
-    quotas] = await Promise.all([
+    spread, quotas] = await Promise.all([
       api("summary", q), api("timeseries", apiParams(s, { by: s.by })), api("split", q),
       api("top_waste", q), api("idle_now", q), api("partial_gangs", q), api("alerts", q),
       api("unallocated", q), api("padding", q), api("queue_wait", q), api("cost", q),
-      api("lost_work", q), api("stranded", q), api("queue_quotas", q)]);
+      api("lost_work", q), api("stranded", q), api("spread_work", q), api("queue_quotas", q)]);
   card("sum-allocated", sum.allocated_gpu_h);
   card("sum-consumed", sum.consumed_gpu_h);
   card("sum-gap", sum.gap_gpu_h);
@@ -275,6 +275,8 @@ async function loadEstate(s) {
       "OOM-killed" });
   renderTable($("t-stranded"), cols(stranded.columns), records(stranded), {
     sortKey: "by_cpu_gpu_h", empty: "nothing stranded, or no node capacity polled in the range" });
+  renderTable($("t-spread"), cols(spread.columns), records(spread), {
+    sortKey: "allocated_gpu_h", empty: "no work spread over more nodes than it needed" });
   renderTable($("t-quotas"), cols(quotas.columns), records(quotas), { sortKey: "unused_gpu_h",
     empty: "no queue quota polled in the range" });
   drawCost(cost);
