@@ -223,7 +223,8 @@ class TerminationReason(StrEnum):
     EVICTED = "evicted"
     PREEMPTED = "preempted"
     #: its node no longer exists: the pod garbage collector deleted it (DisruptionTarget
-    #: DeletionByPodGC, kube-controller-manager's podgc): a node failure or removal
+    #: DeletionByPodGC, kube-controller-manager's podgc), or Kueue evicted its workload for its
+    #: nodes' failure (TerminationTarget WorkloadEvictedDueToNodeFailures): a node failure
     NODE_LOST = "node_lost"
     DELETED = "deleted"
     UNKNOWN = "unknown"

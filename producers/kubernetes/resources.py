@@ -37,10 +37,46 @@ _SUFFIX = {
     "Ei": 2**60,
 }
 
+# Why a pod was made to end, from what the pod itself carries. Exact strings, never prefixes.
+#: DisruptionTarget (status True) reasons. PreemptionByScheduler (k8s.io/api core/v1
+#: PodReasonPreemptionByScheduler; "PreemptionByKubeScheduler" until Kubernetes 1.27, #114623)
+#: is written by kube-scheduler, and by Volcano (>= v1.13, pkg/scheduler/cache/cache.go
+#: defaultEvictor.Evict) and KAI (pkg/scheduler/cache/evictor/default_evictor.go, only with
+#: --update-pod-eviction-condition, default false) when they preempt or reclaim.
 PREEMPTED_BY = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
-EVICTED_BY = frozenset({"EvictionByEvictionAPI", "TerminationByKubelet", "DeletionByTaintManager"})
+#: the eviction API (kubectl drain), the kubelet (node pressure, graceful node shutdown), the
+#: taint manager (NoExecute node taint) and the DRA device taint manager
+#: (pkg/controller/devicetainteviction: a NoExecute taint on an allocated device, e.g. a GPU)
+EVICTED_BY = frozenset(
+    {
+        "EvictionByEvictionAPI",
+        "TerminationByKubelet",
+        "DeletionByTaintManager",
+        "DeletionByDeviceTaintManager",
+    }
+)
 #: kube-controller-manager's pod GC (pkg/controller/podgc): the pod's node no longer exists
 NODE_LOST_BY = frozenset({"DeletionByPodGC"})
+
+#: Kueue's own condition type on the pods it stops (plain-pod integration, and the pod groups
+#: its StatefulSet/LeaderWorkerSet integrations build on; kubernetes-sigs/kueue
+#: pkg/controller/jobs/pod/pod_controller.go Pod.Stop). Its reason, since Kueue v0.7.0, is
+#: "WorkloadEvictedDueTo" + the Workload's Evicted reason (jobframework/reconciler.go stopJob);
+#: v0.5-v0.6 wrote "StoppedByKueue" for every stop, which says nothing of why.
+KUEUE_STOP_CONDITION = "TerminationTarget"
+#: Workload Evicted reason "Preempted" (pkg/scheduler/preemption: within the ClusterQueue,
+#: cohort reclaim, fair sharing)
+KUEUE_PREEMPTED_BY = frozenset({"WorkloadEvictedDueToPreempted"})
+#: a stopped queue draining its admitted work (stopPolicy HoldAndDrain)
+KUEUE_EVICTED_BY = frozenset(
+    {"WorkloadEvictedDueToClusterQueueStopped", "WorkloadEvictedDueToLocalQueueStopped"}
+)
+#: Topology-Aware Scheduling evicted the workload because its nodes failed (Kueue >= v0.12)
+KUEUE_NODE_LOST_BY = frozenset({"WorkloadEvictedDueToNodeFailures"})
+#: Volcano before v1.13 marked the pods it preempted or reclaimed only with Ready False,
+#: reason "Evict"; the kubelet rewrites Ready once it reports the pod stopped, so this is read
+#: only where the pod's last state still shows it.
+VOLCANO_EVICT_READY_REASON = "Evict"
 
 
 def quantity(value: object) -> int:
@@ -214,17 +250,34 @@ def deletion_requested(pod: Obj) -> datetime | None:
         return t
 
 
+def _reason(pod: Obj, kind: str, status: str = "True") -> str | None:
+    """The reason of the pod's condition ``kind`` when it has that status (a string, else None)."""
+    cond = _condition(pod, kind)
+    why = cond.get("reason") if cond is not None and cond.get("status") == status else None
+    return why if isinstance(why, str) else None
+
+
 def disruption_reason(pod: Obj) -> TerminationReason | None:
-    """Preempted, evicted or its node lost, when the pod says so (DisruptionTarget,
-    status.reason)."""
-    cond = _condition(pod, "DisruptionTarget")
-    why = cond.get("reason") if cond is not None and cond.get("status") == "True" else None
+    """Preempted, evicted or its node lost, when the pod says so: DisruptionTarget,
+    status.reason, Kueue's TerminationTarget, old Volcano's Ready "Evict". Preempted first.
+
+    A pod whose owner was stopped carries nothing: a batch/v1 Job that Kueue suspends (for a
+    preemption too) has its pods deleted by the Job controller without a condition, as does
+    KAI by default. Those stay "deleted"; only the Workload's Evicted condition says why.
+    """
+    why = _reason(pod, "DisruptionTarget")
+    kueue = _reason(pod, KUEUE_STOP_CONDITION)
     status_reason = (pod.get("status") or {}).get("reason")
-    if why in PREEMPTED_BY or status_reason == "Preempting":
+    if (
+        why in PREEMPTED_BY
+        or status_reason == "Preempting"
+        or kueue in KUEUE_PREEMPTED_BY
+        or _reason(pod, "Ready", "False") == VOLCANO_EVICT_READY_REASON
+    ):
         return TerminationReason.PREEMPTED
-    if why in EVICTED_BY or status_reason == "Evicted":
+    if why in EVICTED_BY or status_reason == "Evicted" or kueue in KUEUE_EVICTED_BY:
         return TerminationReason.EVICTED
-    if why in NODE_LOST_BY:
+    if why in NODE_LOST_BY or kueue in KUEUE_NODE_LOST_BY:
         return TerminationReason.NODE_LOST
     return None
 
