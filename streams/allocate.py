@@ -103,6 +103,11 @@ def pod_class(ev: K8sPodEvent) -> WorkloadClass:
     return classify_pod(ev.namespace, ev.name, labels={}, annotations={}, chain=chain)
 
 
+def _unset_later_fields(ev: K8sPodEvent) -> set[str]:
+    """The pod event's fields added after the checkpoint format was fixed, where unset."""
+    return {name for name in ("created_time", "queue") if getattr(ev, name) is None}
+
+
 def from_pod(ev: K8sPodEvent) -> list[AllocationEvent]:
     """Bound/running -> start, terminated/deleted -> end; pods that never held GPUs -> []."""
     if ev.node is None or ev.gpus == 0:
@@ -189,11 +194,10 @@ class GangTracker:
                 "alert": None,
                 "since": None,
                 "size": size,
-                # created_time came later: left out when unknown, so that a checkpoint of
-                # the same state is the same bytes as before it (the snapshot topic compacts)
-                "meta": ev.model_dump(
-                    mode="json", exclude={"created_time"} if ev.created_time is None else None
-                ),
+                # created_time and queue came later: left out when unknown, so that a
+                # checkpoint of the same state is the same bytes as before them (the snapshot
+                # topic compacts)
+                "meta": ev.model_dump(mode="json", exclude=_unset_later_fields(ev) or None),
             },
         )
         if ev.event_id in g["events"]:
