@@ -141,7 +141,7 @@ def _queues(kube: KubeApiServer) -> None:
         queue_crds.create(kube, queue_crds.CLUSTER_QUEUE, f"wh-team-{team}", spec,
                           status={"flavorsUsage": usage, "pendingWorkloads": pending,
                                   "admittedWorkloads": 1 - pending // 3})  # fmt: skip
-        queue_crds.create(kube, queue_crds.LOCAL_QUEUE, f"lq-{team}",
+        queue_crds.create(kube, queue_crds.LOCAL_QUEUE, f"wh-lq-{team}",
                           {"clusterQueue": f"wh-team-{team}"}, namespace=f"wh-{team}",
                           status={"flavorsUsage": usage, "pendingWorkloads": pending,
                                   "admittedWorkloads": 1 - pending // 3})  # fmt: skip
@@ -156,7 +156,7 @@ def test_a_cluster_queue_at_ten_percent_while_its_sibling_waits(
     _queues(kube)
     _node(kube, "wh-gpu", {"cpu": "64", "memory": "512Gi", GPU: "8", "pods": "110"})
     uid = _pod(kube, "wh-a", "train", "wh-gpu", {GPU: "8"},
-               labels={"kueue.x-k8s.io/queue-name": "lq-a"})  # fmt: skip
+               labels={"kueue.x-k8s.io/queue-name": "wh-lq-a"})  # fmt: skip
 
     async def pod_events() -> list[Record]:
         async with Producer(kube, tmp_path / "pods.jsonl", namespaces=["wh-a"]) as run:
@@ -164,7 +164,7 @@ def test_a_cluster_queue_at_ten_percent_while_its_sibling_waits(
         return [e for e in run.events() if e.uid == uid]
 
     events = asyncio.run(pod_events())
-    assert events and {e.queue for e in events} == {"lq-a"}
+    assert events and {e.queue for e in events} == {"wh-lq-a"}
     pods = [e.model_copy(update={"time": T0, "created_time": T0 - timedelta(minutes=30)})
             for e in events]  # fmt: skip
 
@@ -173,8 +173,9 @@ def test_a_cluster_queue_at_ten_percent_while_its_sibling_waits(
 
     polled = [decode(QUEUE_QUOTAS, v) for t, v in _poll(kube, tmp_path / "q", producer)
               if t == QUEUE_QUOTAS.name]  # fmt: skip
+    # the session's apiserver holds other tests' queues too
     ours = [q for q in polled if isinstance(q, QueueQuota) and q.queue in
-            ("wh-team-a", "wh-team-b", "lq-a", "lq-b")]  # fmt: skip
+            ("wh-team-a", "wh-team-b", "wh-lq-a", "wh-lq-b")]  # fmt: skip
     assert len(ours) == 4
     alloc = f"k8s/{CLUSTER}/{uid}"
     busy = [m.model_copy(update={"cluster": CLUSTER, "node": "wh-gpu"})
@@ -193,6 +194,6 @@ def test_a_cluster_queue_at_ten_percent_while_its_sibling_waits(
         ("kueue_cluster_queue", "", "wh-team-a", "wh-research", 8.0, 8.0, 0.0, 8.0, 0.8, 4.0, 0.0),
         # entitled to 8, holding none while 3 workloads waited the hour
         ("kueue_cluster_queue", "", "wh-team-b", "wh-research", 8.0, 0.0, 3.0, 0.0, 0.0, 0.0, 8.0),
-        ("kueue_local_queue", "wh-a", "lq-a", "wh-team-a", 0.0, 8.0, 0.0, 8.0, 0.8, 4.0, 0.0),
-        ("kueue_local_queue", "wh-b", "lq-b", "wh-team-b", 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0),
+        ("kueue_local_queue", "wh-a", "wh-lq-a", "wh-team-a", 0.0, 8.0, 0.0, 8.0, 0.8, 4.0, 0.0),
+        ("kueue_local_queue", "wh-b", "wh-lq-b", "wh-team-b", 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0),
     ]
