@@ -56,6 +56,11 @@ SINK_GROUP = f"gpugap-sink-{ClickHouseSink.name}"
 #: the worker closes its open minutes after this long without input: longer than any stall
 #: a fault causes (a flush mid-stall would make the records after it late)
 IDLE_FLUSH_S = 30
+#: the worker's allowed lateness, event-time seconds. A site's 120 s is 5.5 s of wall time at
+#: 22x: while a killed leader stalls the samples 10 s (220 s of event time), a job's event for
+#: the node on another topic moves the node's clock on and its stalled samples arrive late
+#: (CI, 2026-12-07: 2 late). 600 s is 27 s of wall time, beyond the stalls measured (10-11 s).
+LATENESS_S = 600
 
 
 @pytest.fixture
@@ -294,6 +299,7 @@ def test_pipeline_survives_broker_faults(
             [
                 "worker",
                 "--backfill",
+                *("--lateness", str(LATENESS_S)),
                 *("--http", f"127.0.0.1:{worker_port}"),
                 *("--idle-flush", str(IDLE_FLUSH_S), "--idle-timeout", "5"),
             ],
