@@ -1,8 +1,8 @@
 """``python -m benchmarks SUBJECT [options]`` (``make bench``): figures printed side by side with
 their baselines. Benchmarks run from a source checkout; nothing in the installed package
 imports them. Subjects with their own options (endpoint, fuzz, core, slurm-hook,
-kubernetes-real, bi, backfill, state-memory, endpoint-fairness, queue, coverage) take them after
-the subject:
+kubernetes-real, bi, backfill, state-memory, endpoint-fairness, queue, coverage, stranded) take
+them after the subject:
 ``python -m benchmarks fuzz --hostile 1000``."""
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ OWN_OPTIONS = {
     "queue": "benchmarks.queue",
     # unmeasured hours and idle minutes by the second and by the minute, against the truth
     "coverage": "benchmarks.coverage",
+    # the stranded-GPU views over an estate's node polls (node_capacity)
+    "stranded": "benchmarks.stranded",
 }
 
 

@@ -72,9 +72,9 @@ _LOST = (
 _STRANDED = (
     "SELECT cluster, part.1 AS cause, sum(part.2) AS gpus FROM (SELECT cluster, node, "
     "argMax(stranded_cpu_gpus, time) AS by_cpu, argMax(stranded_memory_gpus, time) AS by_memory, "
-    "max(time) AS polled FROM v_stranded GROUP BY cluster, node) "
-    "ARRAY JOIN [('cpu', by_cpu), ('memory', by_memory)] AS part "
-    "WHERE polled > (SELECT max(time) FROM node_capacity) - INTERVAL 1 HOUR "
+    "max(time) AS polled FROM v_stranded "
+    "WHERE time > (SELECT max(time) FROM node_capacity) - INTERVAL 1 HOUR "
+    "GROUP BY cluster, node) ARRAY JOIN [('cpu', by_cpu), ('memory', by_memory)] AS part "
     f"GROUP BY cluster, cause ORDER BY cluster, cause LIMIT {MAX_SERIES}"
 )
 # each queue's entitlement and holdings at its latest poll (its flavors summed), for the queues
