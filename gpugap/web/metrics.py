@@ -84,9 +84,10 @@ _QUOTAS = (
     "sum(pending) AS pending FROM (SELECT cluster, kind, namespace, queue, flavor, resource, "
     "argMax(coalesce(entitled_gpus, 0), time) AS entitled, "
     "argMax(coalesce(held_gpus, 0), time) AS held, "
-    "argMax(coalesce(pending_workloads, 0), time) AS pending, max(time) AS polled "
-    "FROM queue_quotas FINAL GROUP BY cluster, kind, namespace, queue, flavor, resource) "
-    "WHERE polled > (SELECT max(time) FROM queue_quotas) - INTERVAL 1 HOUR "
+    "argMax(coalesce(pending_workloads, 0), time) AS pending "
+    "FROM queue_quotas FINAL "
+    "WHERE time > (SELECT max(time) FROM queue_quotas) - INTERVAL 1 HOUR "
+    "GROUP BY cluster, kind, namespace, queue, flavor, resource) "
     "GROUP BY cluster, kind, namespace, queue "
     f"ORDER BY entitled DESC, cluster, kind, namespace, queue LIMIT {MAX_SERIES}"
 )
