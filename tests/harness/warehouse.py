@@ -3,10 +3,16 @@ loaded once (tests/conftest.py's ``demo_warehouse``)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.warehouse.client import connect
+from gpugap.web import metrics
+from gpugap.web.queries import Query
 
 CLICKHOUSE_PASSWORD = "test-password-1"
 READER_PASSWORD = "reader-password-1"
@@ -23,3 +29,26 @@ class DemoWarehouse:
 
     def rows(self, sql: str, **params: Any) -> list[Any]:
         return list(self.admin.query(sql, parameters=params).result_rows)
+
+
+def metric_samples(
+    settings: ClickHouseSettings, prefix: str
+) -> list[tuple[str, dict[str, str], float]]:
+    """``/metrics``' samples (gpugap.web.metrics) read off the warehouse of ``settings``, of the
+    families whose name starts with ``prefix``: (family, labels, value)."""
+    client = connect(settings)
+
+    async def run(q: Query) -> tuple[list[str], list[Any]]:
+        result = client.query(q.sql, parameters=q.params)
+        return list(result.column_names), [list(r) for r in result.result_rows]
+
+    try:
+        text = asyncio.run(metrics.Exporter(run).text())
+    finally:
+        client.close()
+    return [
+        (fam.name, s.labels, s.value)
+        for fam in text_string_to_metric_families(text)
+        if fam.name.startswith(prefix)
+        for s in fam.samples
+    ]

@@ -4,20 +4,17 @@ a Slurm QOS and an association with GrpTRES gres/gpu, written through the sink."
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.report import build_report, render
 from gpugap.schemas import K8sPodEvent, NodeGpus, Record, SlurmJobEvent
 from gpugap.schemas.models import QueueQuota
 from gpugap.warehouse.client import connect
-from gpugap.web import metrics, queries
+from gpugap.web import queries
 from gpugap.web.params import Filters
-from gpugap.web.queries import Query
+from tests.harness.warehouse import metric_samples
 from tests.warehouse.test_lost_work import minutes
 from tests.warehouse.test_stranded import query
 from tests.warehouse.test_views import store
@@ -193,21 +190,9 @@ def test_the_pages_queue_table_takes_the_cluster_filter(clickhouse: ClickHouseSe
 
 def test_metrics_state_each_queue_at_its_latest_poll(clickhouse: ClickHouseSettings) -> None:
     store(clickhouse, estate())
-    client = connect(clickhouse)
-
-    async def run(q: Query) -> tuple[list[str], list[Any]]:
-        result = client.query(q.sql, parameters=q.params)
-        return list(result.column_names), [list(r) for r in result.result_rows]
-
-    try:
-        text = asyncio.run(metrics.Exporter(run).text())
-    finally:
-        client.close()
     got = {
-        (fam.name, s.labels["kind"], s.labels["queue"]): s.value
-        for fam in text_string_to_metric_families(text)
-        if fam.name.startswith("gpugap_queue")
-        for s in fam.samples
+        (name, labels["kind"], labels["queue"]): value
+        for name, labels, value in metric_samples(clickhouse, "gpugap_queue")
     }
     assert got[("gpugap_queue_entitled_gpus", "kueue_cluster_queue", "team-a")] == 8.0
     assert got[("gpugap_queue_held_gpus", "kueue_cluster_queue", "team-a")] == 8.0

@@ -3,13 +3,11 @@ against hand-computed nodes, written through the sink as the producers' records 
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.report import build_report, render
@@ -17,9 +15,9 @@ from gpugap.report.beyond import HEADING
 from gpugap.schemas import NodeGpus, Record, SlurmJobEvent
 from gpugap.schemas.models import NodeAllocation, NodeCapacity
 from gpugap.warehouse.client import connect
-from gpugap.web import metrics, queries
+from gpugap.web import queries
 from gpugap.web.params import Filters
-from gpugap.web.queries import Query
+from tests.harness.warehouse import metric_samples
 from tests.warehouse.test_lost_work import minutes
 from tests.warehouse.test_views import store
 
@@ -204,21 +202,9 @@ def test_metrics_state_stranded_gpus_at_each_nodes_latest_poll(
     clickhouse: ClickHouseSettings,
 ) -> None:
     store(clickhouse, nodes())
-    client = connect(clickhouse)
-
-    async def run(q: Query) -> tuple[list[str], list[Any]]:
-        result = client.query(q.sql, parameters=q.params)
-        return list(result.column_names), [list(r) for r in result.result_rows]
-
-    try:
-        text = asyncio.run(metrics.Exporter(run).text())
-    finally:
-        client.close()
     samples = {
-        tuple(sorted(s.labels.items())): s.value
-        for fam in text_string_to_metric_families(text)
-        if fam.name == "gpugap_gpus_stranded"
-        for s in fam.samples
+        tuple(sorted(labels.items())): value
+        for _, labels, value in metric_samples(clickhouse, "gpugap_gpus_stranded")
     }
     assert samples == {
         (("cause", "cpu"), ("cluster", "c")): 7.0,
@@ -256,31 +242,19 @@ def test_the_page_and_metrics_show_work_spread_thin(clickhouse: ClickHouseSettin
     store(clickhouse, spread_estate())
     client = connect(clickhouse)
 
-    async def run(q: Query) -> tuple[list[str], list[Any]]:
-        result = client.query(q.sql, parameters=q.params)
-        return list(result.column_names), [list(r) for r in result.result_rows]
-
-    def page(**filters: Any) -> list[tuple[object, ...]]:
-        q = queries.spread_work(Filters(since=T0, until=T0 + timedelta(hours=1), **filters))
-        return [tuple(r[:8]) for r in asyncio.run(run(q))[1]]
+    def page(since: datetime = T0, **filters: Any) -> list[tuple[object, ...]]:
+        q = queries.spread_work(Filters(since=since, until=since + timedelta(hours=1), **filters))
+        return [tuple(r[:8]) for r in client.query(q.sql, parameters=q.params).result_rows]
 
     try:
-        everyone, nlp = page(), page(teams=("nlp",))
-        next_day = [
-            tuple(r)
-            for r in asyncio.run(run(queries.spread_work(Filters(
-                since=T0 + timedelta(days=1), until=T0 + timedelta(days=2)))))[1]
-        ]  # fmt: skip
-        text = asyncio.run(metrics.Exporter(run).text())
+        everyone, nlp, next_day = page(), page(teams=("nlp",)), page(T0 + timedelta(days=1))
     finally:
         client.close()
     assert everyone == [("c", "slurm/c/9", "slurm", "vision", "batch", 4, 1, 4.0)]
     assert nlp == next_day == []
     samples = {
-        (fam.name, s.labels["team"]): s.value
-        for fam in text_string_to_metric_families(text)
-        if fam.name.startswith("gpugap_spread")
-        for s in fam.samples
+        (name, labels["team"]): value
+        for name, labels, value in metric_samples(clickhouse, "gpugap_spread")
     }
     assert samples == {("gpugap_spread_gpus", "vision"): 4.0,
                        ("gpugap_spread_extra_nodes", "vision"): 3.0}  # fmt: skip
