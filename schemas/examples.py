@@ -29,6 +29,7 @@ from gpugap.schemas.models import (
     RecommendationEvidence,
     RecommendationTarget,
     Record,
+    SchedulerGpuCount,
     SlurmJobEvent,
     Transfer,
 )
@@ -267,6 +268,17 @@ def one_of_each() -> dict[str, Record]:
             borrowed_gpus=0.0,
             pending_workloads=3,
             admitted_workloads=2,
+        ),
+        "scheduler-gpu-counts.v1": SchedulerGpuCount(
+            **common,
+            time=t,
+            interval_s=60.0,
+            scheduler="slurm",
+            source="slurmctld_metrics",
+            scope="partition",
+            name="gpu",
+            gpus_allocated=6.0,
+            gpus_total=8.0,
         ),
     }
 

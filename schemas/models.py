@@ -34,6 +34,7 @@ from gpugap.schemas.types import (
     DeliveryOutcome,
     EventId,
     EventSource,
+    GpuCountScope,
     GpuUuid,
     LabelKey,
     LabelValue,
@@ -649,6 +650,32 @@ class NodeCapacity(Record):
         ids = [a.allocation_id for a in self.allocations]
         if len(set(ids)) != len(ids):
             raise ValueError("allocations: each allocation may appear once per node")
+        return self
+
+
+class SchedulerGpuCount(Record):
+    """The scheduler's own count of the GPUs its running jobs hold, at one instant, over one
+    scope (slurmctld's OpenMetrics GPU gauges, Slurm 26.05+: ``slurm_partition_jobs_gpus_alloc``
+    and the like). gpugap checks its own allocations against it (v_scheduler_drift)."""
+
+    cluster: ClusterName
+    time: UtcTime
+    interval_s: NonNegFloat = Field(gt=0, le=MAX_INTERVAL_S, description="until the next poll")
+    scheduler: Scheduler
+    source: Name = Field(description="slurmctld_metrics")
+    scope: GpuCountScope
+    name: Name | None = Field(
+        default=None, description="the partition, account, user or node; None for the cluster"
+    )
+    gpus_allocated: NonNegFloat = Field(le=MAX_QUEUE_GPUS)
+    gpus_total: NonNegFloat | None = Field(
+        default=None, le=MAX_QUEUE_GPUS, description="what the scope has (partitions, nodes)"
+    )
+
+    @model_validator(mode="after")
+    def _named_unless_cluster(self) -> Self:
+        if (self.scope is GpuCountScope.CLUSTER) != (self.name is None):
+            raise ValueError("name: required for every scope but the cluster's, which has none")
         return self
 
 

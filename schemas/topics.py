@@ -19,6 +19,7 @@ from gpugap.schemas.models import (
     QueueQuota,
     Recommendation,
     Record,
+    SchedulerGpuCount,
     SlurmJobEvent,
     Transfer,
 )
@@ -156,6 +157,17 @@ QUEUE_QUOTAS: Topic[QueueQuota] = Topic(
     "associations), polled (docs/architecture.md#quota-held-but-unused).",
 )
 TOPICS[QUEUE_QUOTAS.name] = QUEUE_QUOTAS
+
+SCHEDULER_GPU_COUNTS: Topic[SchedulerGpuCount] = Topic(
+    "scheduler-gpu-counts.v1",
+    SchedulerGpuCount,
+    "cluster/scope/name",
+    "cluster/scope/name",
+    lambda r: f"{r.cluster}/{r.scope}/{r.name or ''}",
+    "The scheduler's own count of allocated GPUs per partition, account, user and node "
+    "(slurmctld's OpenMetrics), polled: gpugap checks itself against it (v_scheduler_drift).",
+)
+TOPICS[SCHEDULER_GPU_COUNTS.name] = SCHEDULER_GPU_COUNTS
 
 
 def by_name(name: str, prefix: str = "") -> Topic[Any]:

@@ -173,6 +173,8 @@ class EventSource(StrEnum):
 
     HOOK = "hook"
     POLLER = "poller"
+    #: Slurm's own jobcomp/kafka records (producers/slurm/jobcomp_producer.py)
+    JOBCOMP = "jobcomp"
     WATCH = "watch"
     SIMULATOR = "simulator"
 
@@ -239,6 +241,16 @@ class QueueKind(StrEnum):
     VOLCANO_QUEUE = "volcano_queue"
     SLURM_QOS = "slurm_qos"
     SLURM_ASSOCIATION = "slurm_association"
+
+
+class GpuCountScope(StrEnum):
+    """What a scheduler's own count of allocated GPUs is over (SchedulerGpuCount)."""
+
+    CLUSTER = "cluster"
+    PARTITION = "partition"
+    ACCOUNT = "account"
+    USER = "user"
+    NODE = "node"
 
 
 class AlertKind(StrEnum):

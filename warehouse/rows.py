@@ -8,7 +8,13 @@ from datetime import datetime
 from typing import Any
 
 from gpugap.schemas import Alert, AlertDelivery, DeadLetter, GpuMinute, K8sPodEvent, SlurmJobEvent
-from gpugap.schemas.models import NodeCapacity, QueueQuota, Recommendation, Transfer
+from gpugap.schemas.models import (
+    NodeCapacity,
+    QueueQuota,
+    Recommendation,
+    SchedulerGpuCount,
+    Transfer,
+)
 from gpugap.schemas.types import LifecycleKind, PodEventKind, WorkloadClass
 
 MINUTE_COLUMNS = [
@@ -424,4 +430,17 @@ def queue_quota_row(q: QueueQuota, now: datetime) -> list[Any]:
         q.cluster, q.time, q.interval_s, q.kind.value, q.queue, q.namespace or "",
         q.parent or "", q.flavor or "", q.resource, q.entitled_gpus, q.limit_gpus,
         q.held_gpus, q.borrowed_gpus, q.pending_workloads, q.admitted_workloads, now,
+    ]  # fmt: skip
+
+
+SCHEDULER_GPU_COUNT_COLUMNS = [
+    "cluster", "time", "interval_s", "scheduler", "source", "scope", "name", "gpus_allocated",
+    "gpus_total", "ingested_at",
+]  # fmt: skip
+
+
+def scheduler_gpu_count_row(c: SchedulerGpuCount, now: datetime) -> list[Any]:
+    return [
+        c.cluster, c.time, c.interval_s, c.scheduler.value, c.source, c.scope.value,
+        c.name or "", c.gpus_allocated, c.gpus_total, now,
     ]  # fmt: skip

@@ -4,7 +4,8 @@
 #   User:<cluster>        each cluster's producers: write the cluster's own topics only
 #                         (<prefix><cluster>.gpu.samples.v1, .slurm.jobs.v1, .k8s.pods.v1,
 #                         .transfers.v1, .node-capacity.v1, .queue-quotas.v1,
-#                         .dead-letter.v1: one PREFIXED ACL on "<cluster>.")
+#                         .scheduler-gpu-counts.v1, .dead-letter.v1: one PREFIXED ACL
+#                         on "<cluster>.")
 #   User:gpugap-worker    reads the inputs (shared and per cluster), is the only writer of
 #                         gpu.allocations.v1, gpu.minutes.v1 and alerts.v1, owns its state
 #                         topics and consumer group (both named after the group)
@@ -13,7 +14,7 @@
 #   User:gpugap-recommend writes recommendations.v1
 #
 # Nobody writes the shared inputs (gpu.samples.v1, slurm.jobs.v1, k8s.pods.v1, transfers.v1,
-# node-capacity.v1, queue-quotas.v1)
+# node-capacity.v1, queue-quotas.v1, scheduler-gpu-counts.v1)
 # unless SHARED_PRODUCERS names principals for them. Give the worker and the sink
 #   GPUGAP_KAFKA_CLUSTER_TOPICS='{"cluster-a.*": "cluster-a", "cluster-b.*": "cluster-b"}'
 # and each cluster's producers GPUGAP_KAFKA_TOPIC_PREFIX=<prefix><cluster>.
@@ -112,14 +113,14 @@ acl() {
 inputs=(gpu.samples.v1 slurm.jobs.v1 k8s.pods.v1)
 outputs=(gpu.allocations.v1 gpu.minutes.v1 alerts.v1)
 sink_reads=(gpu.minutes.v1 slurm.jobs.v1 k8s.pods.v1 transfers.v1 alerts.v1 alerts.deliveries.v1
-  dead-letter.v1 recommendations.v1 node-capacity.v1 queue-quotas.v1)
+  dead-letter.v1 recommendations.v1 node-capacity.v1 queue-quotas.v1 scheduler-gpu-counts.v1)
 
 # each cluster's producers: its own topics, nothing else
 for c in "${clusters[@]}"; do
   acl "User:${PRODUCER_USER_PREFIX:-}$c" topic "$P$c." prefixed Write Describe
 done
 for principal in "${shared_producers[@]}"; do
-  for t in "${inputs[@]}" transfers.v1 node-capacity.v1 queue-quotas.v1; do
+  for t in "${inputs[@]}" transfers.v1 node-capacity.v1 queue-quotas.v1 scheduler-gpu-counts.v1; do
     acl "$principal" topic "$P$t" literal Write Describe
   done
 done

@@ -10,7 +10,7 @@ import time
 from datetime import UTC, date, datetime
 from typing import Any
 
-from gpugap.report import beyond, lost
+from gpugap.report import beyond, drift, lost
 from gpugap.report.models import (
     DIMENSIONS,
     AllocationWaste,
@@ -243,6 +243,7 @@ def build_report(
         ),
         lost_work=lost.lost_work(lost_rows),
         beyond_idle=beyond.beyond_idle(q),
+        scheduler_drift=drift.scheduler_drift(q),
     )
 
 

@@ -220,6 +220,19 @@ class BeyondIdle(_Model):
     queues: list[QueueRow] = Field(description="queues by unused entitlement, the top")
 
 
+class DriftRow(_Model):
+    """gpugap's allocated GPUs against the scheduler's own count at its latest poll
+    (v_scheduler_drift), where they disagree."""
+
+    cluster: str
+    scope: str = Field(description="cluster, partition, account or user")
+    name: str
+    time: datetime = Field(description="the scheduler's poll")
+    scheduler_gpus: float
+    gpugap_gpus: float
+    drift_gpus: float = Field(description="gpugap less the scheduler")
+
+
 class Report(_Model):
     """Allocated vs consumed GPU-hours, and where the gap is."""
 
@@ -243,6 +256,11 @@ class Report(_Model):
     )
     beyond_idle: BeyondIdle = Field(
         description="stranded GPUs, work spread thin, quota held but unused"
+    )
+    scheduler_drift: list[DriftRow] = Field(
+        default_factory=list,
+        description="where gpugap's allocated GPUs and the scheduler's own count disagree, at "
+        "its latest poll in the window (empty: they agree, or nothing polled it)",
     )
 
 

@@ -8,7 +8,7 @@ import io
 from datetime import datetime
 from typing import Any
 
-from gpugap.report import beyond, lost
+from gpugap.report import beyond, drift, lost
 from gpugap.report.models import Gap, Report
 from gpugap.report.table import Col, table
 from gpugap.schemas.errors import ConfigError
@@ -192,7 +192,12 @@ def _text(r: Report) -> list[str]:
               _n(x.pending_pods), when(x.opened_at), gpu_h(x.held_gpu_h)] for x in g.rows],
             WIDTH,
         )  # fmt: skip
-    return out + lost.text(r.lost_work, WIDTH) + beyond.text(r.beyond_idle, WIDTH)
+    return (
+        out
+        + lost.text(r.lost_work, WIDTH)
+        + beyond.text(r.beyond_idle, WIDTH)
+        + drift.text(r.scheduler_drift)
+    )
 
 
 def _n(v: int | None) -> str:
@@ -242,6 +247,12 @@ def _csv(r: Report) -> str:
                     out.writerow([section, item[key], k, v])
     out.writerows(lost.csv_rows(r.lost_work))
     out.writerows(beyond.csv_rows(r.beyond_idle))
+    out.writerows(
+        ["scheduler_drift", f"{d.cluster}/{d.scope}/{d.name}", k, v]
+        for d in r.scheduler_drift
+        for k, v in d.model_dump(mode="json").items()
+        if k not in ("cluster", "scope", "name")
+    )
     return buf.getvalue().rstrip("\n")
 
 

@@ -97,6 +97,13 @@ _SPREAD = (
     "WHERE last_day >= toDate((SELECT latest_minute FROM v_data_extent)) "
     f"GROUP BY cluster, team ORDER BY gpus DESC, cluster, team LIMIT {MAX_SERIES}"
 )
+# gpugap's allocated GPUs against the scheduler's own count (v_scheduler_drift) at each
+# cluster's latest poll of it, for the clusters polled in the hour before the newest poll
+_DRIFT = (
+    "SELECT cluster, scope, name, scheduler_gpus, gpugap_gpus, drift_gpus FROM v_scheduler_drift "
+    "WHERE time > (SELECT max(time) FROM scheduler_gpu_counts) - INTERVAL 1 HOUR "
+    f"ORDER BY abs(drift_gpus) DESC, cluster, scope, name LIMIT {MAX_SERIES}"
+)
 _FRESH = f"SELECT cluster, toUnixTimestamp(m) + 60 AS t FROM {_LATEST} ORDER BY cluster"
 
 _GROUP = ("cluster", "scheduler", "workload_class", "team")
@@ -142,6 +149,11 @@ FAMILIES: Sequence[Family] = (
            _QUOTAS, ("cluster", "kind", "namespace", "queue"), "held"),
     Family("gpugap_queue_pending_workloads", "workloads waiting to be admitted", _QUOTAS,
            ("cluster", "kind", "namespace", "queue"), "pending"),
+    Family("gpugap_scheduler_gpu_drift", "gpugap's allocated GPUs less the scheduler's own "
+           "count of them (slurmctld's metrics) at its latest poll: 0 when gpugap sees every "
+           "job (v_scheduler_drift)", _DRIFT, ("cluster", "scope", "name"), "drift_gpus"),
+    Family("gpugap_scheduler_gpus_allocated", "the scheduler's own count of allocated GPUs "
+           "at that poll", _DRIFT, ("cluster", "scope", "name"), "scheduler_gpus"),
     Family("gpugap_data_latest_minute_seconds", "end of the latest complete minute stored, "
            "Unix time (how fresh the figures above are)", _FRESH, ("cluster",), "t"),
 )  # fmt: skip

@@ -27,7 +27,13 @@ from gpugap.schemas import (
     SlurmJobEvent,
 )
 from gpugap.schemas.errors import RetriableError
-from gpugap.schemas.models import NodeCapacity, QueueQuota, Recommendation, Transfer
+from gpugap.schemas.models import (
+    NodeCapacity,
+    QueueQuota,
+    Recommendation,
+    SchedulerGpuCount,
+    Transfer,
+)
 from gpugap.schemas.topics import (
     ALERTS,
     DEAD_LETTER,
@@ -37,6 +43,7 @@ from gpugap.schemas.topics import (
     NODE_CAPACITY,
     QUEUE_QUOTAS,
     RECOMMENDATIONS,
+    SCHEDULER_GPU_COUNTS,
     SLURM_JOBS,
     TRANSFERS,
 )
@@ -53,6 +60,7 @@ from gpugap.warehouse.rows import (
     QUEUE_QUOTA_COLUMNS,
     RECOMMENDATION_COLUMNS,
     ROLLUP,
+    SCHEDULER_GPU_COUNT_COLUMNS,
     STALE_DAYS,
     STALE_HOURS,
     TRANSFER_COLUMNS,
@@ -64,6 +72,7 @@ from gpugap.warehouse.rows import (
     pod_row,
     queue_quota_row,
     recommendation_row,
+    scheduler_gpu_count_row,
     slurm_row,
     transfer_row,
 )
@@ -81,6 +90,7 @@ class ClickHouseSink(BatchingSink):
         TRANSFERS,  # boundary transfers (docs/cost.md)
         NODE_CAPACITY,  # stranded GPUs (docs/architecture.md#stranded-gpus)
         QUEUE_QUOTAS,  # quota held but unused
+        SCHEDULER_GPU_COUNTS,  # the scheduler's own count: gpugap checks itself
     )
 
     def __init__(
@@ -171,6 +181,8 @@ class ClickHouseSink(BatchingSink):
                 rows["node_capacity"].append(node_capacity_row(r, now))
             elif isinstance(r, QueueQuota):
                 rows["queue_quotas"].append(queue_quota_row(r, now))
+            elif isinstance(r, SchedulerGpuCount):
+                rows["scheduler_gpu_counts"].append(scheduler_gpu_count_row(r, now))
         columns = {
             "gpu_minutes": MINUTE_COLUMNS,
             "allocations": ALLOCATION_COLUMNS,
@@ -181,6 +193,7 @@ class ClickHouseSink(BatchingSink):
             "transfers": TRANSFER_COLUMNS,
             "node_capacity": NODE_CAPACITY_COLUMNS,
             "queue_quotas": QUEUE_QUOTA_COLUMNS,
+            "scheduler_gpu_counts": SCHEDULER_GPU_COUNT_COLUMNS,
         }
         for table, table_rows in rows.items():
             self._insert(table, table_rows, columns[table])

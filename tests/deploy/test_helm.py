@@ -363,7 +363,8 @@ def test_kafka_topics_partitioned_as_the_worker_needs(
             f"{prefix}{cluster}.{name}"
             for cluster in values["clusters"]
             for name in ("gpu.samples.v1", "slurm.jobs.v1", "k8s.pods.v1", "transfers.v1",
-                         "node-capacity.v1", "queue-quotas.v1", "dead-letter.v1")
+                         "node-capacity.v1", "queue-quotas.v1", "scheduler-gpu-counts.v1",
+                         "dead-letter.v1")
         }  # fmt: skip
         group = {episodes_topic(kafka, "gpugap-worker"), state_topic(kafka, "gpugap-worker")}
         assert set(topics) == shared | own | group, variant

@@ -234,10 +234,10 @@ annotations:
 
 {{/* The topics gpugap uses (schemas/topics.py TOPICS; a test keeps them equal) */}}
 {{- define "gpugap.topics" -}}
-{{- toJson (list "gpu.samples.v1" "slurm.jobs.v1" "k8s.pods.v1" "gpu.allocations.v1" "gpu.minutes.v1" "alerts.v1" "alerts.deliveries.v1" "dead-letter.v1" "recommendations.v1" "transfers.v1" "node-capacity.v1" "queue-quotas.v1") -}}
+{{- toJson (list "gpu.samples.v1" "slurm.jobs.v1" "k8s.pods.v1" "gpu.allocations.v1" "gpu.minutes.v1" "alerts.v1" "alerts.deliveries.v1" "dead-letter.v1" "recommendations.v1" "transfers.v1" "node-capacity.v1" "queue-quotas.v1" "scheduler-gpu-counts.v1") -}}
 {{- end }}
 
 {{/* A cluster's own topics (deploy/kafka-acls/strimzi/topics.yaml) */}}
 {{- define "gpugap.clusterTopics" -}}
-{{- toJson (list "gpu.samples.v1" "slurm.jobs.v1" "k8s.pods.v1" "transfers.v1" "node-capacity.v1" "queue-quotas.v1" "dead-letter.v1") -}}
+{{- toJson (list "gpu.samples.v1" "slurm.jobs.v1" "k8s.pods.v1" "transfers.v1" "node-capacity.v1" "queue-quotas.v1" "scheduler-gpu-counts.v1" "dead-letter.v1") -}}
 {{- end }}
