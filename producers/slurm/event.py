@@ -108,6 +108,8 @@ class JobInfo:
     restarts: int | None = None
     #: sacct's SubmitLine, when the dump has it (evidence of the class)
     submit_line: str | None = None
+    #: the run's SLUID (Slurm 26.05 and later: cluster-unique, a requeued run gets a new one)
+    sluid: str | None = None
 
     def __init__(self, raw_id: str, **fields: Any) -> None:
         # a plain class, not a dataclass: importing dataclasses costs the hook ~10 ms
@@ -159,7 +161,11 @@ class JobInfo:
         event of the run that ends."""
         self.run = int(start.get("run") or 0)
         if self.gpu_indices is None and start.get("nodes") is not None:
-            self.gpu_indices = {n["node"]: tuple(n.get("gpu_indices", ())) for n in start["nodes"]}
+            known = {n["node"]: tuple(n.get("gpu_indices", ())) for n in start["nodes"]}
+            # a start that counted its GPUs without indices (jobcomp, sacct) says no more
+            # than the end does: keep the count
+            if any(known.values()) or not start.get("gpus_total"):
+                self.gpu_indices = known
             self.nodes = self.nodes or [n["node"] for n in start["nodes"]]
         if self.gpus is None:
             self.gpus = start.get("gpus_total")

@@ -48,8 +48,10 @@ async def run(argv: list[str], timeout_s: float) -> str:
 
 
 async def squeue_json(squeue: str, timeout_s: float) -> Result:
-    # 22.05 ignores -j/-t with --json: every job slurmctld still remembers (MinJobAge)
-    return squeue_parse.jobs(await run([squeue, "--json"], timeout_s))
+    # every job slurmctld still remembers (MinJobAge), ended ones too: 22.05 ignores -t with
+    # --json and lists them all; 23.02 and later list only pending and running jobs unless
+    # told "-t all" (Slurm 26.05: without it the poller never saw an end)
+    return squeue_parse.jobs(await run([squeue, "--json", "-a", "-t", "all"], timeout_s))
 
 
 async def scontrol_all(scontrol: str, squeue: str, timeout_s: float) -> Result:

@@ -107,6 +107,12 @@ def job(obj: Any) -> JobInfo:
     info.batch = flag if isinstance(flag, bool) else None
     info.cluster = _str(obj.get("cluster"), "cluster")
     info.run = _num(obj.get("restart_cnt"), "restart_cnt") or 0  # the run: its restart count
+    # 26.05 and later: the run's SLUID, in step_id (scontrol --json) or beside it
+    step = obj.get("step_id")
+    sluid = _str(
+        obj.get("sluid") or (step.get("sluid") if isinstance(step, dict) else None), "sluid"
+    )
+    info.sluid = sluid.upper() if sluid else None
     return info
 
 

@@ -124,14 +124,16 @@ class SlurmCluster:
         self.set_hook_env({})
         self._database()
         self._config()
-        self._daemon([which("slurmdbd")], "run/slurmdbd.pid", "slurmdbd")
+        self._daemon([self.binary("slurmdbd")], "run/slurmdbd.pid", "slurmdbd")
         _wait(
             "slurmdbd",
             lambda: self.cmd("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
         )
         self.cmd("sacctmgr", "-i", "add", "cluster", self.name, check=False)
-        self._daemon([which("slurmctld"), "-f", str(self.conf)], "run/slurmctld.pid", "slurmctld")
-        self._daemon([which("slurmd"), "-f", str(self.conf)], "run/slurmd.pid", "slurmd")
+        self._daemon(
+            [self.binary("slurmctld"), "-f", str(self.conf)], "run/slurmctld.pid", "slurmctld"
+        )
+        self._daemon([self.binary("slurmd"), "-f", str(self.conf)], "run/slurmd.pid", "slurmd")
         _wait(
             "slurm node",
             lambda: self.cmd("sinfo", "-h", "-o", "%t", check=False).stdout.strip() == "idle",
@@ -341,7 +343,7 @@ StorageLoc=slurm_acct_db
     def cmd(
         self, *argv: str, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        tool = which(argv[0]) or argv[0]
+        tool = self.binary(argv[0]) or argv[0]
         return subprocess.run(
             [tool, *argv[1:]],
             env=self.env,
@@ -352,17 +354,22 @@ StorageLoc=slurm_acct_db
             timeout=timeout,
         )
 
+    def binary(self, name: str) -> str | None:
+        """Where this cluster's Slurm program ``name`` is (Debian's here)."""
+        return which(name)
+
     def tool(self, name: str) -> str:
         """The absolute path of a Slurm command (hooks run with no PATH)."""
-        return which(name) or name
+        return self.binary(name) or name
 
     def submit(self, *args: str, wrap: str) -> str:
         out = self.cmd("sbatch", "--parsable", "-o", "/dev/null", *args, "--wrap", wrap)
         return out.stdout.strip().split(";")[0]
 
     def jobs(self) -> dict[str, dict[str, object]]:
-        """squeue --json by raw job id (every job slurmctld remembers)."""
-        doc = json.loads(self.cmd("squeue", "--json").stdout)
+        """squeue --json by raw job id (every job slurmctld remembers: 23.02 and later list
+        ended ones only with ``-t all``)."""
+        doc = json.loads(self.cmd("squeue", "--json", "-a", "-t", "all").stdout)
         return {str(j["job_id"]): j for j in doc["jobs"]}
 
     def wait(self, pred: object, what: str, timeout: float = 150) -> dict[str, dict[str, object]]:
