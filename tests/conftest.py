@@ -193,10 +193,13 @@ def _children() -> set[int]:
 
 
 @pytest.fixture(autouse=True)
-def no_leaks() -> Iterator[None]:
-    """Fail a test that leaves threads or child processes running."""
+def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves threads or child processes running (but those its module says
+    it keeps across tests: a module-level ``module_children()``)."""
     threads, children = set(threading.enumerate()), _children()
     yield
+    kept = getattr(request.module, "module_children", None)
+    children |= kept() if kept is not None else set()
     deadline = time.monotonic() + 5
     while True:
         extra_threads = [t for t in threading.enumerate() if t not in threads and t.is_alive()]

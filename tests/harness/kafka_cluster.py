@@ -47,16 +47,16 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs={data}
 num.partitions=1
-default.replication.factor=3
-min.insync.replicas=2
+default.replication.factor={rf}
+min.insync.replicas={isr}
 unclean.leader.election.enable=false
-offsets.topic.replication.factor=3
+offsets.topic.replication.factor={rf}
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=3
-transaction.state.log.min.isr=2
+transaction.state.log.replication.factor={rf}
+transaction.state.log.min.isr={isr}
 transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=3
-share.coordinator.state.topic.min.isr=2
+share.coordinator.state.topic.replication.factor={rf}
+share.coordinator.state.topic.min.isr={isr}
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 delete.topic.enable=true
@@ -162,6 +162,10 @@ class KafkaCluster:
                     port=node.port,
                     cport=node.cport,
                     data=data,
+                    # three nodes: the fault tests' 3 and 2; one node (a broker a test may
+                    # stop, tests/producers/slurm/test_jobcomp_live.py): 1 and 1
+                    rf=min(3, len(self.nodes)),
+                    isr=min(2, len(self.nodes)),
                 )
             )
             (node.home / "log4j2.properties").write_text(LOG4J2.format(log=node.log_file))

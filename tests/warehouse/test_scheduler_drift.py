@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.report import build_report, render
-from gpugap.schemas import NodeGpus, Record, SlurmJobEvent
 from gpugap.report.models import Report
+from gpugap.schemas import NodeGpus, Record, SlurmJobEvent
 from gpugap.schemas.models import SchedulerGpuCount
 from gpugap.warehouse.client import connect
 from tests.harness.warehouse import metric_samples
@@ -21,8 +21,11 @@ from tests.warehouse.test_views import store
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 
 
-def job(job_id: str, gpus: int, partition: str, account: str, user: str, start_min: int,
-        end_min: int | None) -> list[Record]:  # fmt: skip
+def job(
+    job_id: str, gpus: int, where: tuple[str, str, str], start_min: int, end_min: int | None
+) -> list[Record]:
+    """Job ``job_id`` of ``where`` = (partition, account, user) holding ``gpus`` GPUs on n1."""
+    partition, account, user = where
     common = {
         "source": "jobcomp", "cluster": "c", "job_id": job_id, "user": user,
         "account": account, "partition": partition, "gpus_total": gpus,
@@ -36,12 +39,20 @@ def job(job_id: str, gpus: int, partition: str, account: str, user: str, start_m
             state="RUNNING",
             time=T0 + timedelta(minutes=start_min),
             **common,
-        )  # fmt: skip
+        )
     ]
     if end_min is not None:
         end = T0 + timedelta(minutes=end_min)
-        out.append(SlurmJobEvent(event_id=f"slurm/c/{job_id}/end", kind="end", time=end,
-                                 end_time=end, state="COMPLETED", **common))  # fmt: skip
+        out.append(
+            SlurmJobEvent(
+                event_id=f"slurm/c/{job_id}/end",
+                kind="end",
+                time=end,
+                end_time=end,
+                state="COMPLETED",
+                **common,
+            )
+        )
     return out
 
 
@@ -58,10 +69,10 @@ def counts(at: datetime, **by_scope: dict[str, float]) -> list[Record]:
 def estate() -> list[Record]:
     at = T0 + timedelta(minutes=30)
     return [
-        *job("1", 2, "gpu", "ml", "alice", 0, None),
-        *job("2", 4, "big", "cv", "bob", 5, 50),
-        *job("3", 1, "gpu", "ml", "alice", 0, 20),
-        *job("4", 8, "big", "cv", "bob", 40, None),
+        *job("1", 2, ("gpu", "ml", "alice"), 0, None),
+        *job("2", 4, ("big", "cv", "bob"), 5, 50),
+        *job("3", 1, ("gpu", "ml", "alice"), 0, 20),
+        *job("4", 8, ("big", "cv", "bob"), 40, None),
         # an earlier poll that disagreed everywhere: only the latest counts
         *counts(T0 + timedelta(minutes=29), cluster={"": 60.0}, partition={"gpu": 9.0}),
         *counts(at, cluster={"": 7.0}, partition={"gpu": 2.0, "big": 5.0},
@@ -115,7 +126,7 @@ def _report(settings: ClickHouseSettings) -> Report:
 
 def test_agreement_prints_nothing(clickhouse: ClickHouseSettings) -> None:
     at = T0 + timedelta(minutes=30)
-    store(clickhouse, [*job("1", 2, "gpu", "ml", "alice", 0, None),
+    store(clickhouse, [*job("1", 2, ("gpu", "ml", "alice"), 0, None),
                        *counts(at, cluster={"": 2.0}, partition={"gpu": 2.0})])  # fmt: skip
     report = _report(clickhouse)
     assert report.scheduler_drift == []

@@ -1,0 +1,194 @@
+"""A real Slurm 26.05 for tests: slurmctld + slurmdbd (MariaDB) + two slurmd on one host, with
+slurmctld publishing job starts and ends to Kafka itself (jobcomp/kafka) and serving its own
+OpenMetrics, as ../shared/reference/slurm-26.md describes it.
+
+Built once from the vendored source (harness/slurm26_build.py). Everything else is the 22.05
+harness's (harness/slurm_cluster.py): its own munged, MariaDB, free ports, fake GPUs (character
+devices), daemons stopped by the PIDs they wrote. Differences, each from the reference:
+
+- ``AccountingStorageTRES=gres/gpu`` with slurmdbd: without it the records carry no GPU at all;
+- two slurmd (this host and ``n2``, 4 GPUs each): a heterogeneous job needs a node per part;
+  ``n2`` runs from a copy of slurm.conf that differs only in its slurmd files;
+- ``requeue_delay=3``: a requeued job waits 3 s, not ``cred_expire`` (120 s), to run again;
+- the hook still runs as PrologSlurmctld/EpilogSlurmctld (a cluster has one JobCompType, here
+  jobcomp/kafka), so the two paths see the same jobs and tests can compare them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.harness.slurm26_build import build
+from tests.harness.slurm_cluster import SlurmCluster, _wait, free_port
+
+#: the topics slurmctld writes (JobCompParams topic= and topic_job_start=)
+END_TOPIC = "slurm-jobcomp"
+START_TOPIC = "slurm-jobstart"
+SECOND_NODE = "n2"
+ACCOUNT = "ml-team"
+
+
+class Slurm26Cluster(SlurmCluster):
+    def __init__(self, root: Path, bootstrap: str, topic_prefix: str = "") -> None:
+        super().__init__(root)
+        self.prefix = build()
+        self.bootstrap = bootstrap
+        self.end_topic = topic_prefix + END_TOPIC
+        self.start_topic = topic_prefix + START_TOPIC
+        self.nodes = (self.node, SECOND_NODE)
+
+    def binary(self, name: str) -> str | None:
+        for sub in ("sbin", "bin"):
+            path = self.prefix / sub / name
+            if path.exists():
+                return str(path)
+        return None
+
+    # --- start / stop -------------------------------------------------------------------
+    def start(self) -> None:
+        r = self.root
+        for d in ("etc", "etc2", "state", "spool", "spool2", "run", "log", "hooks", "dev", "jobs",
+                  "munge", "db"):  # fmt: skip
+            (r / d).mkdir(parents=True, exist_ok=True)
+        self._munge()
+        for i in range(8):  # fake GPUs: nvidia0-3 on this host, nvidia4-7 on n2
+            dev = r / "dev" / f"nvidia{i}"
+            if not dev.exists():
+                os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))
+        self._hook_wrapper()
+        self.set_hook_env({})
+        self._database()
+        self._config()
+        self._daemon([self.binary("slurmdbd")], "run/slurmdbd.pid", "slurmdbd")
+        _wait(
+            "slurmdbd",
+            lambda: self.cmd("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
+        )
+        self.cmd("sacctmgr", "-i", "add", "cluster", self.name, check=False)
+        self.cmd("sacctmgr", "-i", "add", "account", ACCOUNT, f"Cluster={self.name}")
+        self.cmd("sacctmgr", "-i", "add", "user", "root", f"Account={ACCOUNT}")
+        self.start_controller()
+        self._daemon([self.binary("slurmd"), "-f", str(self.conf)], "run/slurmd.pid", "slurmd")
+        self._daemon(
+            [self.binary("slurmd"), "-N", SECOND_NODE, "-f", str(self.conf2)],
+            "run/slurmd2.pid",
+            "slurmd",
+        )
+        _wait("slurm nodes", self._all_idle, 60)
+
+    def _all_idle(self) -> bool:
+        out = self.cmd("sinfo", "-h", "-N", "-o", "%N %t", check=False).stdout.split("\n")
+        states = dict(line.split() for line in out if line.strip())
+        return all(states.get(n) == "idle" for n in self.nodes)
+
+    def start_controller(self) -> None:
+        self._daemon(
+            [self.binary("slurmctld"), "-f", str(self.conf)], "run/slurmctld.pid", "slurmctld"
+        )
+        _wait("slurmctld", lambda: self.cmd("scontrol", "ping", check=False).returncode == 0, 30)
+
+    def stop_controller(self) -> None:
+        """SIGTERM slurmctld and wait for it to exit (it saves jobcomp/kafka's queue first)."""
+        pid_file = self.root / "run" / "slurmctld.pid"
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.pids = [p for p in self.pids if p[0] != pid_file]
+
+    def metrics(self, path: str = "jobs-users-accts") -> str:
+        """slurmctld's own OpenMetrics page (``/metrics/<path>``)."""
+        with urllib.request.urlopen(f"{self.metrics_url}/{path}", timeout=10) as answer:
+            return str(answer.read().decode())
+
+    # --- configuration ------------------------------------------------------------------
+    def _config(self) -> None:
+        r, ctl, dbd = self.root, free_port(), free_port()
+        slurmd, slurmd2 = free_port(), free_port()
+        auth = f"socket={self.munge_socket}"
+        self.metrics_url = f"http://127.0.0.1:{ctl}/metrics"
+        rdkafka = r / "etc" / "rdkafka.conf"
+        # message.timeout.ms: a broker outage times messages out in 10 s; with
+        # requeue_on_msg_timeout slurmctld produces them again until the broker takes them
+        rdkafka.write_text(f"bootstrap.servers={self.bootstrap}\nmessage.timeout.ms=10000\n")
+        common = f"""ClusterName={self.name}
+SlurmctldHost={self.node}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo={auth}
+StateSaveLocation={r}/state
+SlurmctldPidFile={r}/run/slurmctld.pid
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmctldDebug=verbose
+DebugFlags=JobComp
+SlurmctldPort={ctl}
+SlurmdPort={slurmd}
+ProctrackType=proctrack/linuxproc
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1,bf_interval=1,requeue_delay=3
+SlurmdParameters=config_overrides
+PrologSlurmctld={self.wrapper}
+EpilogSlurmctld={self.wrapper}
+JobCompType=jobcomp/kafka
+JobCompLoc={rdkafka}
+JobCompParams=topic={self.end_topic},enable_job_start,topic_job_start={self.start_topic},\
+poll_interval=1,flush_timeout=500,requeue_on_msg_timeout
+MetricsType=metrics/openmetrics
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort={dbd}
+AccountingStoragePass={self.munge_socket}
+AccountingStorageTRES=gres/gpu
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+ReturnToService=2
+MinJobAge=600
+KillWait=2
+InactiveLimit=0
+NodeName={self.node} CPUs=16 RealMemory=4000 Gres=gpu:4 State=UNKNOWN
+NodeName={SECOND_NODE} NodeHostname={SECOND_NODE} NodeAddr=127.0.0.1 Port={slurmd2} CPUs=16 \
+RealMemory=4000 Gres=gpu:4 State=UNKNOWN
+PartitionName=gpu Nodes={self.node},{SECOND_NODE} Default=YES MaxTime=INFINITE DefaultTime=10 \
+State=UP
+"""
+        self.conf.write_text(
+            common + f"SlurmdSpoolDir={r}/spool\nSlurmdPidFile={r}/run/slurmd.pid\n"
+            f"SlurmdLogFile={r}/log/slurmd.log\n"
+        )
+        self.conf2 = r / "etc2" / "slurm.conf"
+        self.conf2.write_text(
+            common + f"SlurmdSpoolDir={r}/spool2\nSlurmdPidFile={r}/run/slurmd2.pid\n"
+            f"SlurmdLogFile={r}/log/slurmd2.log\n"
+        )
+        gres = (
+            f"NodeName={self.node} Name=gpu File={r}/dev/nvidia[0-3]\n"
+            f"NodeName={SECOND_NODE} Name=gpu File={r}/dev/nvidia[4-7]\n"
+        )
+        for etc in ("etc", "etc2"):
+            (r / etc / "gres.conf").write_text(gres)
+        dbconf = r / "etc" / "slurmdbd.conf"
+        dbconf.write_text(f"""AuthType=auth/munge
+AuthInfo={auth}
+DbdHost=localhost
+DbdPort={dbd}
+SlurmUser=root
+LogFile={r}/log/slurmdbd.log
+PidFile={r}/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={self.db_port}
+StorageUser=slurm
+StoragePass=slurmpw
+StorageLoc=slurm_acct_db
+""")
+        dbconf.chmod(0o600)
