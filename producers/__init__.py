@@ -24,6 +24,8 @@ REGISTRY: dict[str, str] = {
     "kubernetes-queues": "gpugap.producers.kubernetes.plugin_queues:PLUGIN",
     "slurm": "gpugap.producers.slurm.plugin:PLUGIN",
     "slurm-capacity": "gpugap.producers.slurm.plugin_capacity:PLUGIN",
+    "slurm-jobcomp": "gpugap.producers.slurm.plugin_jobcomp:PLUGIN",
+    "slurm-metrics": "gpugap.producers.slurm.plugin_metrics:PLUGIN",
     "slurm-quotas": "gpugap.producers.slurm.plugin_quotas:PLUGIN",
     "transfers-csv": "gpugap.producers.transfers.plugin:PLUGIN",
     "transfers-prometheus": "gpugap.producers.transfers.plugin_prometheus:PLUGIN",
