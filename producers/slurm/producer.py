@@ -184,6 +184,11 @@ class SlurmProducer(Producer):
     async def report(self, info: JobInfo) -> None:
         """Emit what this job's current view shows and was not emitted yet."""
         cluster = self.cluster or info.cluster or "default"
+        if info.ended and not info.nodes and info.start and info.end and info.end > info.start:
+            # it ran (a job cancelled while pending has start = end), but its record lists no
+            # node: Slurm 26.05 shows a job so for a moment while it releases them. The next
+            # poll reads it whole (else the end would say it never held a GPU)
+            return
         if info.run:
             await self._requeued(info, cluster)
         key = f"{cluster}/{info.raw_id}" + (f"#{info.run}" if info.run else "")

@@ -236,3 +236,28 @@ def test_a_recorded_requeue_is_the_same_two_runs_from_every_source(tmp_path: Pat
     spool.save_start(cfg.spool_dir, "1", kept)
     (stop,), _ = on_end(cfg, epilog, epilog=True)
     assert stop["value"]["event_id"] == "slurm/probe/1/end"
+
+
+def test_a_finished_record_without_its_nodes_waits_for_the_next_poll() -> None:
+    """Seen on Slurm 26.05.3 (squeue --json -t all every 0.5 s, a 3-task array): task 3_1 read
+    COMPLETED with no node for one poll while slurmctld released them, then COMPLETED on vm.
+    The poller reports the end from the whole record, never 'it held nothing'."""
+    from gpugap.groundfloor.settings import Settings
+    from gpugap.producers.slurm.producer import SlurmProducer
+    from gpugap.producers.slurm.settings import SlurmSettings
+    from tests.streams.helpers import Recording
+
+    poller = SlurmProducer(Settings(), SlurmSettings(cluster="probe"))
+    poller.publisher = pub = Recording()
+    common = {"array_job_id": 3, "array_task_id": 1, "start": T0, "submit": T0, "gpus": 1}
+    running = JobInfo("5", state="RUNNING", nodes=["vm"], gpu_indices={"vm": (3,)}, **common)
+    releasing = JobInfo("5", state="COMPLETED", end=T0 + 2, exit_status=0, **common)
+    done = JobInfo("5", state="COMPLETED", end=T0 + 2, exit_status=0, nodes=["vm"], **common)
+    for view in (running, releasing, done):
+        asyncio.run(poller.report(view))
+    events = pub.of(SlurmJobEvent)
+    assert [(e.event_id, e.gpus_total) for e in events] == [
+        ("slurm/probe/3_1/start", 1),
+        ("slurm/probe/3_1/end", 1),
+    ]
+    assert events[1].nodes[0].gpu_indices == (3,) and events[1].start_time is not None
