@@ -311,6 +311,7 @@ SLOW_FIRST = (
     *sorted(DEMO_FILES),
     "tests/producers/backfill/test_slurm.py",
     "tests/producers/slurm/test_live.py",
+    "tests/producers/slurm/test_jobcomp_live.py",
     "tests/sinks/test_clickhouse_sink.py",
     "tests/backfill/test_backfill_history.py",
     "tests/streams/test_end_to_end.py",

@@ -32,13 +32,14 @@ import logging
 import time
 from typing import Any, ClassVar
 
-from gpugap.groundfloor.settings import Settings
+from gpugap.groundfloor.settings import Settings, read_secret
 from gpugap.producers.base import Producer
 from gpugap.producers.slurm import event, jobcomp, squeue
 from gpugap.producers.slurm.event import JobInfo
 from gpugap.producers.slurm.jobcomp_runs import RunLedger
 from gpugap.producers.slurm.jobcomp_settings import SlurmJobcompSettings
 from gpugap.producers.slurm.parse import ParseError
+from gpugap.producers.slurm.slurmrestd import RestError, SlurmRestd
 from gpugap.producers.slurm.sources import CommandError, run
 from gpugap.schemas import DeadLetter, Topic, decode
 from gpugap.schemas.errors import ConfigError
@@ -69,6 +70,20 @@ class SlurmJobcompProducer(Producer):
         self.ledger = RunLedger(self.cfg.state_file)
         self.dead_letters = 0
         self._checked_at = time.monotonic()
+        self.rest: SlurmRestd | None = None
+        if self.cfg.slurmrestd_url is not None:
+            token = read_secret(
+                self.cfg.slurmrestd_token, self.cfg.slurmrestd_token_file, "the slurmrestd token"
+            )
+            if token is None:
+                raise ConfigError(
+                    "slurm-jobcomp: GPUGAP_SLURM_JOBCOMP_SLURMRESTD_URL needs a JWT: set "
+                    "GPUGAP_SLURM_JOBCOMP_SLURMRESTD_TOKEN_FILE (or _TOKEN)"
+                )
+            self.rest = SlurmRestd(
+                str(self.cfg.slurmrestd_url), token, self.cfg.slurmrestd_api,
+                self.cfg.command_timeout_s,
+            )  # fmt: skip
 
     @classmethod
     def default_topic(cls) -> Topic[Any]:
@@ -109,6 +124,10 @@ class SlurmJobcompProducer(Producer):
                     return
         finally:
             await consumer.stop()
+
+    async def close(self) -> None:
+        if self.rest is not None:
+            await self.rest.close()
 
     async def handle(
         self,
@@ -168,8 +187,12 @@ class SlurmJobcompProducer(Producer):
         the raw id, or as printed (``12_3``, ``11+1``)."""
         argv = [self.cfg.scontrol, "--json", "-d", "show", "job", job_id]
         try:
-            jobs, _bad = squeue.jobs(await run(argv, self.cfg.command_timeout_s))
-        except (CommandError, ParseError, OSError) as exc:
+            if self.rest is not None:
+                text = await self.rest.job(job_id)
+            else:
+                text = await run(argv, self.cfg.command_timeout_s)
+            jobs, _bad = squeue.jobs(text)
+        except (CommandError, RestError, ParseError, OSError) as exc:
             log.debug("scontrol show job %s: %s", job_id, exc)
             return None
         return next((j for j in jobs if job_id in (j.raw_id, j.job_id)), None)

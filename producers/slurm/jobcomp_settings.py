@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AnyHttpUrl, Field, SecretStr
 from pydantic_settings import BaseSettings
 
 from gpugap.groundfloor.settings import env_config
@@ -37,7 +37,22 @@ class SlurmJobcompSettings(BaseSettings):
         default="scontrol",
         description="asked (read-only) which GPUs a starting job holds and which run it is",
     )
-    command_timeout_s: float = Field(default=10.0, gt=0, description="per scontrol call")
+    command_timeout_s: float = Field(
+        default=10.0, gt=0, description="per scontrol call or slurmrestd request"
+    )
+    slurmrestd_url: AnyHttpUrl | None = Field(
+        default=None,
+        description="ask slurmrestd (auth/jwt) instead of scontrol: http://host:port",
+    )
+    slurmrestd_token: SecretStr | None = Field(
+        default=None, description="a JWT for slurmrestd (`scontrol token`); read-only use"
+    )
+    slurmrestd_token_file: Path | None = Field(
+        default=None, description="a file holding that JWT (read at start)"
+    )
+    slurmrestd_api: str = Field(
+        default="v0.0.45", pattern=r"^v0\.0\.[0-9]{2}$", description="slurmrestd's API version"
+    )
     state_file: Path | None = Field(
         default=None,
         description="runs, running jobs' starts and published ids: a restart re-sends nothing "

@@ -10,6 +10,8 @@ devices), daemons stopped by the PIDs they wrote. Differences, each from the ref
 - two slurmd (this host and ``n2``, 4 GPUs each): a heterogeneous job needs a node per part;
   ``n2`` runs from a copy of slurm.conf that differs only in its slurmd files;
 - ``requeue_delay=3``: a requeued job waits 3 s, not ``cred_expire`` (120 s), to run again;
+- auth/jwt beside munge, and ``start_slurmrestd()`` (as user slurm, which it insists on) with
+  ``token()`` for a reader;
 - the hook still runs as PrologSlurmctld/EpilogSlurmctld (a cluster has one JobCompType, here
   jobcomp/kafka), so the two paths see the same jobs and tests can compare them.
 """
@@ -17,7 +19,9 @@ devices), daemons stopped by the PIDs they wrote. Differences, each from the ref
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -101,6 +105,44 @@ class Slurm26Cluster(SlurmCluster):
             time.sleep(0.1)
         self.pids = [p for p in self.pids if p[0] != pid_file]
 
+    def start_slurmrestd(self) -> str:
+        """slurmrestd with auth/jwt on a free port, as user slurm (it refuses root and
+        SlurmUser); stopped with the rest. Returns its URL."""
+        port = free_port()
+        pid_file, log = self.root / "run" / "slurmrestd.pid", self.root / "log" / "slurmrestd.log"
+        # user slurm cannot read the build under root's home: its program and libraries are
+        # copied beside the cluster, found through LD_LIBRARY_PATH and its own PluginDir
+        home = self.root / "restd"
+        (home / "lib").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(self.prefix / "sbin" / "slurmrestd", home / "slurmrestd")
+        for library in (self.prefix / "lib" / "slurm").glob("*.so"):
+            shutil.copy2(library, home / "lib" / library.name)
+        conf = home / "slurm.conf"
+        conf.write_text(self.conf.read_text() + f"PluginDir={home / 'lib'}\n")
+        inner = (
+            f"echo $$ > {pid_file}; exec setpriv --reuid=slurm --regid=slurm --clear-groups "
+            f"env SLURM_JWT=daemon SLURM_CONF={conf} LD_LIBRARY_PATH={home / 'lib'} "
+            f"{home / 'slurmrestd'} -a rest_auth/jwt 127.0.0.1:{port} >> {log} 2>&1"
+        )
+        subprocess.run(["setsid", "-f", "sh", "-c", inner], check=True, timeout=30)
+        self.pids.append((pid_file, "slurmrestd"))
+        url = f"http://127.0.0.1:{port}"
+
+        def answers() -> bool:
+            try:
+                urllib.request.urlopen(f"{url}/openapi/v3", timeout=2).close()
+            except OSError as exc:
+                return getattr(exc, "code", None) is not None  # any HTTP answer: it is up
+            return True
+
+        _wait("slurmrestd", answers, 30)
+        return url
+
+    def token(self, user: str = "slurm", lifespan_s: int = 7200) -> str:
+        """A JWT for ``user`` (``scontrol token``), as a site hands one to a reader."""
+        out = self.cmd("scontrol", "token", f"username={user}", f"lifespan={lifespan_s}")
+        return out.stdout.strip().split("=", 1)[1]
+
     def metrics(self, path: str = "jobs-users-accts") -> str:
         """slurmctld's own OpenMetrics page (``/metrics/<path>``)."""
         with urllib.request.urlopen(f"{self.metrics_url}/{path}", timeout=10) as answer:
@@ -112,6 +154,11 @@ class Slurm26Cluster(SlurmCluster):
         slurmd, slurmd2 = free_port(), free_port()
         auth = f"socket={self.munge_socket}"
         self.metrics_url = f"http://127.0.0.1:{ctl}/metrics"
+        self.jwt_key = r / "etc" / "jwt_hs256.key"
+        if not self.jwt_key.exists():
+            self.jwt_key.write_bytes(os.urandom(32))
+            self.jwt_key.chmod(0o600)
+        jwt = f"AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={self.jwt_key}\n"
         rdkafka = r / "etc" / "rdkafka.conf"
         # message.timeout.ms: a broker outage times messages out in 10 s; with
         # requeue_on_msg_timeout slurmctld produces them again until the broker takes them
@@ -123,7 +170,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo={auth}
-StateSaveLocation={r}/state
+{jwt}StateSaveLocation={r}/state
 SlurmctldPidFile={r}/run/slurmctld.pid
 SlurmctldLogFile={r}/log/slurmctld.log
 SlurmctldDebug=verbose
@@ -179,7 +226,7 @@ State=UP
         dbconf = r / "etc" / "slurmdbd.conf"
         dbconf.write_text(f"""AuthType=auth/munge
 AuthInfo={auth}
-DbdHost=localhost
+{jwt}DbdHost=localhost
 DbdPort={dbd}
 SlurmUser=root
 LogFile={r}/log/slurmdbd.log
