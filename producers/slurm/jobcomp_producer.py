@@ -7,7 +7,7 @@ publish for the same jobs: the same event ids (cluster, job id, run), fields and
 but ``scontrol show job`` (read-only) when a job starts:
 
 - **which GPUs**: a record counts GPUs (``gres/gpu=2``) and never says which. While the job runs
-  slurmctld does (``gres_detail``); the start event carries them, and the end event takes them
+  slurmctld does (``gres_detail``, from scontrol or, configured, slurmrestd with a JWT); the start event carries them, and the end event takes them
   from the start. Where slurmctld cannot tell (the job already ended, slurmctld unreachable),
   the event carries the count per node without indices, as sacct's history does: the pipeline
   counts those GPUs as allocated on the node and joins no GPU's use to them.
