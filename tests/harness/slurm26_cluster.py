@@ -53,26 +53,12 @@ class Slurm26Cluster(SlurmCluster):
         return None
 
     # --- start / stop -------------------------------------------------------------------
+    DIRS = (*SlurmCluster.DIRS, "etc2", "spool2")
+    GPUS = 8  # nvidia0-3 on this host, nvidia4-7 on n2
+
     def start(self) -> None:
-        r = self.root
-        for d in ("etc", "etc2", "state", "spool", "spool2", "run", "log", "hooks", "dev", "jobs",
-                  "munge", "db"):  # fmt: skip
-            (r / d).mkdir(parents=True, exist_ok=True)
-        self._munge()
-        for i in range(8):  # fake GPUs: nvidia0-3 on this host, nvidia4-7 on n2
-            dev = r / "dev" / f"nvidia{i}"
-            if not dev.exists():
-                os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))
-        self._hook_wrapper()
-        self.set_hook_env({})
-        self._database()
-        self._config()
-        self._daemon([self.binary("slurmdbd")], "run/slurmdbd.pid", "slurmdbd")
-        _wait(
-            "slurmdbd",
-            lambda: self.cmd("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
-        )
-        self.cmd("sacctmgr", "-i", "add", "cluster", self.name, check=False)
+        self._prepare()
+        self._start_accounting()
         self.cmd("sacctmgr", "-i", "add", "account", ACCOUNT, f"Cluster={self.name}")
         self.cmd("sacctmgr", "-i", "add", "user", "root", f"Account={ACCOUNT}")
         self.start_controller()

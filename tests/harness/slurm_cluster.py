@@ -110,26 +110,14 @@ class SlurmCluster:
         self.pids: list[tuple[Path, str]] = []
 
     # --- start / stop -------------------------------------------------------------------
+    #: the directories under root, and the fake GPUs (/dev/nvidia0...) its nodes share
+    DIRS = ("etc", "state", "spool", "run", "log", "hooks", "dev", "jobs", "munge", "db")
+    GPUS = 4
+
     def start(self) -> None:
         install()
-        r = self.root
-        for d in ("etc", "state", "spool", "run", "log", "hooks", "dev", "jobs", "munge", "db"):
-            (r / d).mkdir(parents=True, exist_ok=True)
-        self._munge()
-        for i in range(4):  # fake GPUs: character devices (plain files are rejected)
-            dev = r / "dev" / f"nvidia{i}"
-            if not dev.exists():
-                os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))
-        self._hook_wrapper()
-        self.set_hook_env({})
-        self._database()
-        self._config()
-        self._daemon([self.binary("slurmdbd")], "run/slurmdbd.pid", "slurmdbd")
-        _wait(
-            "slurmdbd",
-            lambda: self.cmd("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
-        )
-        self.cmd("sacctmgr", "-i", "add", "cluster", self.name, check=False)
+        self._prepare()
+        self._start_accounting()
         self._daemon(
             [self.binary("slurmctld"), "-f", str(self.conf)], "run/slurmctld.pid", "slurmctld"
         )
@@ -139,6 +127,30 @@ class SlurmCluster:
             lambda: self.cmd("sinfo", "-h", "-o", "%t", check=False).stdout.strip() == "idle",
             60,
         )
+
+    def _prepare(self) -> None:
+        """Directories, munged, fake GPUs, the hook wrapper, MariaDB and the configuration."""
+        r = self.root
+        for d in self.DIRS:
+            (r / d).mkdir(parents=True, exist_ok=True)
+        self._munge()
+        for i in range(self.GPUS):  # fake GPUs: character devices (plain files are rejected)
+            dev = r / "dev" / f"nvidia{i}"
+            if not dev.exists():
+                os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))
+        self._hook_wrapper()
+        self.set_hook_env({})
+        self._database()
+        self._config()
+
+    def _start_accounting(self) -> None:
+        """slurmdbd, once it answers, with this cluster added."""
+        self._daemon([self.binary("slurmdbd")], "run/slurmdbd.pid", "slurmdbd")
+        _wait(
+            "slurmdbd",
+            lambda: self.cmd("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
+        )
+        self.cmd("sacctmgr", "-i", "add", "cluster", self.name, check=False)
 
     def stop(self) -> None:
         for pid_file, comm in reversed(self.pids):
