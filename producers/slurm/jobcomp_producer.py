@@ -7,10 +7,11 @@ publish for the same jobs: the same event ids (cluster, job id, run), fields and
 but ``scontrol show job`` (read-only) when a job starts:
 
 - **which GPUs**: a record counts GPUs (``gres/gpu=2``) and never says which. While the job runs
-  slurmctld does (``gres_detail``, from scontrol or, configured, slurmrestd with a JWT); the start event carries them, and the end event takes them
-  from the start. Where slurmctld cannot tell (the job already ended, slurmctld unreachable),
-  the event carries the count per node without indices, as sacct's history does: the pipeline
-  counts those GPUs as allocated on the node and joins no GPU's use to them.
+  slurmctld does (``gres_detail``, from scontrol or, configured, slurmrestd with a JWT); the
+  start event carries them, and the end event takes them from the start. Where slurmctld cannot
+  tell (the job already ended, slurmctld unreachable), the event carries the count per node
+  without indices, as sacct's history does: the pipeline counts those GPUs as allocated on the
+  node and joins no GPU's use to them.
 - **which run**: records name a run by its SLUID; ``jobcomp_runs.RunLedger`` turns it into the
   restart count the other sources use.
 - **duplicates**: slurmctld re-sends what it purged at shutdown; an event id already published
