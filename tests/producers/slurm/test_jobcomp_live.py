@@ -418,3 +418,40 @@ def test_gpu_indices_from_slurmrestd_with_a_token(
     assert start.gpus_total == 3
     assert [n.gpu_indices for n in start.nodes] == [gres_indices(g) for g in seen["gres"]]
     slurm26.cmd("scancel", seen["job"], check=False)
+
+
+def test_a_start_whose_end_never_comes_is_ended_from_slurmctld(
+    slurm26: Slurm26Cluster, broker: KafkaCluster, tmp_path: Path
+) -> None:
+    """The end record lost (here: the consumer reads another end topic): after end_check_s the
+    open run is checked with scontrol, and the end slurmctld reports is published, as the
+    poller would say it."""
+    kafka = KafkaSettings(
+        bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.jc.", linger_ms=5
+    )
+    slurm26.set_hook_env({"GPUGAP_TEST_HOOKS_OFF": "1"})
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        consumer = Jobcomp(
+            slurm26, kafka, tmp_path / "jobcomp.json", topic=f"{kafka.topic_prefix}no-ends",
+            end_check_s=10.0,
+        )  # fmt: skip
+        async with consumer:
+            await asyncio.sleep(3)  # its group joins (the start topic exists)
+            job = seen["job"] = slurm26.submit("-A", ACCOUNT, "--gres=gpu:1", wrap="sleep 2")
+            await asyncio.to_thread(running, slurm26, job)
+            deadline = time.monotonic() + 60
+            while f"slurm/{CLUSTER}/{job}/end" not in consumer.producer.ledger.emitted:
+                assert time.monotonic() < deadline, "no end published for the open run"
+                await asyncio.sleep(0.5)
+            seen["slurm"] = slurm26.jobs()[job]
+
+    asyncio.run(scenario())
+    events = asyncio.run(read_topic(kafka, SLURM_JOBS, 2, settle_s=1))
+    by_kind = {e.kind.value: e for e in events if e.job_id == seen["job"]}
+    start, end = by_kind["start"], by_kind["end"]
+    assert (start.source.value, end.source.value) == ("jobcomp", "poller")
+    assert end.state.value == "COMPLETED" and end.exit_code == 0
+    assert end.nodes == start.nodes and end.gpus_total == 1
+    assert int(end.end_time.timestamp()) == seen["slurm"]["end_time"]["number"]  # type: ignore[union-attr]
