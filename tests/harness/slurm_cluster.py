@@ -111,7 +111,18 @@ class SlurmCluster:
 
     # --- start / stop -------------------------------------------------------------------
     #: the directories under root, and the fake GPUs (/dev/nvidia0...) its nodes share
-    DIRS = ("etc", "state", "spool", "run", "log", "hooks", "dev", "jobs", "munge", "db")
+    DIRS: tuple[str, ...] = (
+        "etc",
+        "state",
+        "spool",
+        "run",
+        "log",
+        "hooks",
+        "dev",
+        "jobs",
+        "munge",
+        "db",
+    )
     GPUS = 4
 
     def start(self) -> None:
