@@ -1,4 +1,5 @@
-"""The systemd units of the Slurm side (deploy/slurm/*.service: the poller, the spool drainer)
+"""The systemd units of the Slurm side (deploy/slurm/*.service: the poller, the spool drainer,
+the jobcomp/kafka consumer, slurmctld's metrics)
 pass ``systemd-analyze verify``, run real gpugap commands and set only settings the code reads.
 
 ``systemd-analyze verify`` works offline: it loads the unit files itself and needs no systemd
@@ -74,6 +75,8 @@ def test_the_slurm_side_has_its_units() -> None:
     commands = {tuple(exec_start(u)[1:3]) for u in UNITS}
     assert ("produce", "slurm") in commands  # the poller
     assert ("slurm-hook", "drain") in commands  # the spool drainer
+    assert ("produce", "slurm-jobcomp") in commands  # Slurm's own records, no hook
+    assert ("produce", "slurm-metrics") in commands  # slurmctld's own count
     for unit in UNITS:
         if exec_start(unit)[1:3] == ["slurm-hook", "drain"]:
             assert "--follow" in exec_start(unit), f"{unit.name}: a service must keep running"
@@ -118,7 +121,12 @@ def test_units_run_real_commands_and_settings(unit: Path) -> None:
         )
         for flag in [a for a in ns.rest if a.startswith("--")]:
             assert re.search(rf"\s{re.escape(flag)}\b", proc.stdout), f"{flag}?\n{proc.stdout}"
-    for mod in ("gpugap.groundfloor.settings", "gpugap.producers.slurm.settings"):
+    for mod in (
+        "gpugap.groundfloor.settings",
+        "gpugap.producers.slurm.settings",
+        "gpugap.producers.slurm.poll_settings",
+        "gpugap.producers.slurm.jobcomp_settings",
+    ):
         importlib.import_module(mod)
 
     def walk(cls: type[BaseSettings]) -> Iterator[type[BaseSettings]]:
