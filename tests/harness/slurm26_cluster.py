@@ -209,19 +209,4 @@ State=UP
         )
         for etc in ("etc", "etc2"):
             (r / etc / "gres.conf").write_text(gres)
-        dbconf = r / "etc" / "slurmdbd.conf"
-        dbconf.write_text(f"""AuthType=auth/munge
-AuthInfo={auth}
-{jwt}DbdHost=localhost
-DbdPort={dbd}
-SlurmUser=root
-LogFile={r}/log/slurmdbd.log
-PidFile={r}/run/slurmdbd.pid
-StorageType=accounting_storage/mysql
-StorageHost=127.0.0.1
-StoragePort={self.db_port}
-StorageUser=slurm
-StoragePass=slurmpw
-StorageLoc=slurm_acct_db
-""")
-        dbconf.chmod(0o600)
+        self._slurmdbd_conf(dbd, extra=jwt)

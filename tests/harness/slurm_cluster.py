@@ -345,11 +345,16 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         (r / "etc" / "gres.conf").write_text(
             f"NodeName={self.node} Name=gpu File={r}/dev/nvidia[0-3]\n"
         )
+        self._slurmdbd_conf(dbd)
+
+    def _slurmdbd_conf(self, port: int, extra: str = "") -> None:
+        """slurmdbd.conf (0600: it holds the database password) on ``port``, for MariaDB."""
+        r = self.root
         dbconf = r / "etc" / "slurmdbd.conf"
         dbconf.write_text(f"""AuthType=auth/munge
-AuthInfo={auth}
-DbdHost=localhost
-DbdPort={dbd}
+AuthInfo=socket={self.munge_socket}
+{extra}DbdHost=localhost
+DbdPort={port}
 SlurmUser=root
 LogFile={r}/log/slurmdbd.log
 PidFile={r}/run/slurmdbd.pid

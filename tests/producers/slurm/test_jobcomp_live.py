@@ -119,6 +119,14 @@ class Jobcomp:
         await self.task
 
 
+def own_topics(slurm: Slurm26Cluster, broker: KafkaCluster) -> KafkaSettings:
+    """gpugap's topics under a prefix of the test's own on the module's broker; the hook off
+    (only the first test compares it)."""
+    slurm.set_hook_env({"GPUGAP_TEST_HOOKS_OFF": "1"})
+    prefix = f"t{uuid.uuid4().hex[:8]}.jc."
+    return KafkaSettings(bootstrap=broker.bootstrap, topic_prefix=prefix, linger_ms=5)
+
+
 async def ready(slurm: Slurm26Cluster, jobcomp: Jobcomp) -> str:
     """Once the consumer has read a first job's end: its group has its partitions, and what
     follows is read as it happens (a start read after its job ended has no GPU indices)."""
@@ -285,10 +293,7 @@ def test_slurmctld_restarted_and_the_broker_down_30s_lose_and_double_nothing(
     """Jobs start and end while slurmctld restarts (it saves jobcomp/kafka's queue and sends it
     again) and while the broker is down for 30 s (messages time out after 10 s and are
     produced again): every allocation has exactly one start and one end."""
-    kafka = KafkaSettings(
-        bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.jc.", linger_ms=5
-    )
-    slurm26.set_hook_env({"GPUGAP_TEST_HOOKS_OFF": "1"})
+    kafka = own_topics(slurm26, broker)
     account = ("-A", ACCOUNT)
 
     def outage() -> list[str]:
@@ -336,10 +341,7 @@ def test_drift_reads_zero_until_a_job_is_hidden_from_gpugap(
     from tests.warehouse.test_stranded import query
     from tests.warehouse.test_views import store
 
-    kafka = KafkaSettings(
-        bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.jc.", linger_ms=5
-    )
-    slurm26.set_hook_env({"GPUGAP_TEST_HOOKS_OFF": "1"})
+    kafka = own_topics(slurm26, broker)
     account = ("-A", ACCOUNT)
     seen = [slurm26.submit(*account, f"--gres=gpu:{n}", wrap="sleep 300") for n in (1, 2)]
     for job in seen:
@@ -394,10 +396,7 @@ def test_gpu_indices_from_slurmrestd_with_a_token(
     url = slurm26.start_slurmrestd()
     token = tmp_path / "jwt"
     token.write_text(slurm26.token())
-    kafka = KafkaSettings(
-        bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.jc.", linger_ms=5
-    )
-    slurm26.set_hook_env({"GPUGAP_TEST_HOOKS_OFF": "1"})
+    kafka = own_topics(slurm26, broker)
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
@@ -426,10 +425,7 @@ def test_a_start_whose_end_never_comes_is_ended_from_slurmctld(
     """The end record lost (here: the consumer reads another end topic): after end_check_s the
     open run is checked with scontrol, and the end slurmctld reports is published, as the
     poller would say it."""
-    kafka = KafkaSettings(
-        bootstrap=broker.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}.jc.", linger_ms=5
-    )
-    slurm26.set_hook_env({"GPUGAP_TEST_HOOKS_OFF": "1"})
+    kafka = own_topics(slurm26, broker)
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
