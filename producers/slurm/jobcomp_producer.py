@@ -114,11 +114,13 @@ class SlurmJobcompProducer(Producer):
                         await self.handle(
                             message.topic, message.value, message.partition, message.offset
                         )
+                ended = 0
                 if time.monotonic() - self._checked_at >= min(self.cfg.end_check_s, 60.0):
-                    await self.check_open()
-                if batches:
+                    ended = await self.check_open()
+                if batches or ended:
                     await self.publisher.flush()
                     self.ledger.save()
+                if batches:
                     await consumer.commit()  # only what is stored: a crash re-reads, never skips
                     self.ticks += 1
                 elif once:
@@ -155,9 +157,7 @@ class SlurmJobcompProducer(Producer):
         # slurmctld is asked when a job starts (which GPUs) and about a run not seen before
         ask = record.kind == "start" or known is None
         current = await self._slurmctld_view(info.raw_id) if ask else None
-        now = (current.sluid, current.run) if current is not None and current.sluid else None
-        if current is not None and record.sluid is None:
-            now = ("", current.run)
+        now = (current.sluid or "", current.run) if current is not None else None
         info.run = self.ledger.run_of(info.raw_id, record.sluid, now)
         same_run = current is not None and (record.sluid is None or current.sluid == record.sluid)
         key = info.run_id
@@ -186,33 +186,46 @@ class SlurmJobcompProducer(Producer):
     async def _slurmctld_view(self, job_id: str) -> JobInfo | None:
         """The job as slurmctld holds it now (its current run, SLUID, GPUs), or None. ``job_id``:
         the raw id, or as printed (``12_3``, ``11+1``)."""
-        argv = [self.cfg.scontrol, "--json", "-d", "show", "job", job_id]
+        jobs = await self._slurmctld_jobs(job_id)
+        return next((j for j in jobs or () if job_id in (j.raw_id, j.job_id)), None)
+
+    async def _slurmctld_jobs(self, job_id: str | None = None) -> list[JobInfo] | None:
+        """One job (and a het job's other parts), or with None every job slurmctld holds, in
+        one call; None when it cannot be asked."""
         try:
             if self.rest is not None:
-                text = await self.rest.job(job_id)
+                text = await self.rest.job(job_id) if job_id else await self.rest.jobs()
             else:
-                text = await run(argv, self.cfg.command_timeout_s)
-            jobs, _bad = squeue.jobs(text)
+                argv = [self.cfg.scontrol, "--json", "-d", "show", "job"]
+                text = await run([*argv, job_id] if job_id else argv, self.cfg.command_timeout_s)
+            return squeue.jobs(text)[0]
         except (CommandError, RestError, ParseError, OSError) as exc:
-            log.debug("scontrol show job %s: %s", job_id, exc)
+            log.debug("slurmctld's view of %s: %s", job_id or "every job", exc)
             return None
-        return next((j for j in jobs if job_id in (j.raw_id, j.job_id)), None)
 
-    async def check_open(self) -> None:
+    async def check_open(self) -> int:
         """Runs started longer than ``end_check_s`` ago with no end record: if slurmctld says
-        the run ended, publish that end."""
+        the run ended, publish that end. One listing of every job, however many are open.
+        Returns how many ends it published."""
         self._checked_at = time.monotonic()
         cutoff = time.time() - self.cfg.end_check_s
-        for key, start in list(self.ledger.open.items()):
-            if event.iso_ms(start["start_time"]) / 1000 > cutoff:
-                continue
-            current = await self._slurmctld_view(start["job_id"])
+        due = {k: s for k, s in self.ledger.open.items()
+               if event.iso_ms(s["start_time"]) / 1000 <= cutoff}  # fmt: skip
+        jobs = await self._slurmctld_jobs() if due else None
+        if not jobs:
+            return 0
+        now = {j.job_id: j for j in jobs}
+        ended = 0
+        for key, start in due.items():
+            current = now.get(start["job_id"])
             if current is None or current.run != int(start.get("run") or 0) or not current.ended:
                 continue
             current.merge_start(start)
             end = event.job_event(current, "end", start["cluster"], "poller")
             del self.ledger.open[key]
             await self._emit(end, "poller")
+            ended += 1
+        return ended
 
     async def dead_letter(
         self,

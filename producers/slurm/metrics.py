@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -63,7 +62,6 @@ def gpu_counts(
     for (scope, name), values in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         if "alloc" not in values:
             continue  # a total alone (a partition without the allocation gauge): nothing to check
-        fields: dict[str, Any] = {"gpus_total": values.get("total")}
         out.append(
             SchedulerGpuCount(
                 cluster=cluster,
@@ -74,7 +72,7 @@ def gpu_counts(
                 scope=scope,
                 name=name,
                 gpus_allocated=values["alloc"],
-                **fields,
+                gpus_total=values.get("total"),
             )
         )
     return out

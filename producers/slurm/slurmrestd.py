@@ -1,8 +1,9 @@
-"""The one client of slurmrestd (auth/jwt): ``GET /slurm/<api>/job/<id>``, read-only, with a
-timeout and a size limit. The token is a SecretStr, sent in ``X-SLURM-USER-TOKEN`` and never
-logged. Its answer has the shape of ``squeue --json`` (a ``jobs`` list; squeue.py reads it):
-a running job's ``gres_detail`` names its GPU indices per node (``gpu:2(IDX:0-1)``), a
-finished job's is empty (Slurm 26.05.3, ../shared/reference/slurm-26.md)."""
+"""The one client of slurmrestd (auth/jwt): ``GET /slurm/<api>/job/<id>`` and ``.../jobs``,
+read-only, each with a timeout and a size limit. The token is a SecretStr, sent in
+``X-SLURM-USER-TOKEN`` and never logged. Its answers have the shape of ``squeue --json`` (a
+``jobs`` list; squeue.py reads them): a running job's ``gres_detail`` names its GPU indices per
+node (``gpu:2(IDX:0-1)``), a finished job's is empty (Slurm 26.05.3,
+../shared/reference/slurm-26.md); ``.../jobs`` lists ended jobs too (seen on 26.05.3)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
-#: a job's answer is a few KiB; a het job's or an array's, more
+#: a job's answer is a few KiB (a het job's, more); every job's, some KiB per job
 MAX_ANSWER_BYTES = 8 << 20
+MAX_LISTING_BYTES = 512 << 20
 
 
 class RestError(Exception):
@@ -27,23 +29,30 @@ class SlurmRestd:
         self._session: Any = None
 
     async def job(self, job_id: str) -> str:
+        return await self._get(f"job/{job_id}", MAX_ANSWER_BYTES)
+
+    async def jobs(self) -> str:
+        """Every job slurmctld holds (``GET /slurm/<api>/jobs``)."""
+        return await self._get("jobs", MAX_LISTING_BYTES)
+
+    async def _get(self, path: str, limit: int) -> str:
         import aiohttp
 
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s)
             )
-        url = f"{self.url}/slurm/{self.api}/job/{job_id}"
+        url = f"{self.url}/slurm/{self.api}/{path}"
         headers = {"X-SLURM-USER-TOKEN": self.token.get_secret_value()}
         try:
             async with self._session.get(url, headers=headers) as answer:
-                body = await answer.content.read(MAX_ANSWER_BYTES + 1)
+                body = await answer.content.read(limit + 1)
                 if answer.status != 200:
                     raise RestError(f"{url} answered {answer.status}")
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RestError(f"{url}: {exc or type(exc).__name__}") from None
-        if len(body) > MAX_ANSWER_BYTES:
-            raise RestError(f"{url}: an answer larger than {MAX_ANSWER_BYTES} bytes")
+        if len(body) > limit:
+            raise RestError(f"{url}: an answer larger than {limit} bytes")
         return body.decode("utf-8", "replace")
 
     async def close(self) -> None:
