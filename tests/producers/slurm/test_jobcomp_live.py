@@ -36,7 +36,9 @@ from tests.harness.slurm26_cluster import ACCOUNT, Slurm26Cluster
 from tests.harness.topics import read_topic
 from tests.producers.slurm.test_live import Poller, by_job, content, hook_env
 
-pytestmark = [pytest.mark.slurm, pytest.mark.kafka]
+# on a fresh machine the module's first test waits for the Slurm build .ci/run started in the
+# background (~9 min alone, ~20 beside the tests): longer than the suite's 600 s per test
+pytestmark = [pytest.mark.slurm, pytest.mark.kafka, pytest.mark.timeout(2400)]
 CLUSTER = "live"  # test_live.hook_env's
 
 
