@@ -317,6 +317,11 @@ class ClickHouseSettings(BaseSettings):
         default=None, description="enables the read-only user (the embedded endpoint)"
     )
     readonly_password_file: Path | None = None
+    scoped_users_file: Path | None = Field(
+        default=None,
+        description="the embedded endpoint's BI users of one team or one person (JSON: "
+        "docs/security.md#who-sees-what)",
+    )
 
     @model_validator(mode="after")
     def _secret_file(self) -> Self:

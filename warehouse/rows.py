@@ -174,6 +174,19 @@ WHERE hour >= {start:DateTime} AND hour < {end:DateTime}
 GROUP BY day, cluster, node, allocation_id
 """
 
+# each team's totals per day (migration 022), recomputed after the days they come from: what a
+# reader scoped to one person may see of their team (the row policies hide its allocations)
+TEAM_DAILY = """
+INSERT INTO team_days (day, cluster, team, scheduler, workload_class, allocations, owners,
+    allocated_s, unmeasured_s, consumed_gpu_s, idle_s, version)
+SELECT day, cluster, team, scheduler, workload_class, uniqExact(allocation_id),
+    uniqExact(owner), sum(allocated_s), sum(unmeasured_s), sum(consumed_gpu_s), sum(idle_s),
+    now64(3)
+FROM gpu_days FINAL
+WHERE day >= toDate({start:DateTime}) AND day < toDate({end:DateTime}) AND allocation_id != ''
+GROUP BY day, cluster, team, scheduler, workload_class
+"""
+
 
 # hours (days) whose rollup is older than the rows under them
 STALE_HOURS = (

@@ -63,6 +63,7 @@ from gpugap.warehouse.rows import (
     SCHEDULER_GPU_COUNT_COLUMNS,
     STALE_DAYS,
     STALE_HOURS,
+    TEAM_DAILY,
     TRANSFER_COLUMNS,
     alert_row,
     dead_letter_row,
@@ -223,6 +224,7 @@ class ClickHouseSink(BatchingSink):
             days = sorted({h.replace(hour=0) for h in hours})
             for start, end in _ranges(days, step=timedelta(days=1)):
                 self._client.command(DAILY, parameters={"start": start, "end": end})
+                self._client.command(TEAM_DAILY, parameters={"start": start, "end": end})
         except Exception as exc:
             self._dirty_hours.update(hours)
             raise as_gpugap_error(exc, self.settings.url) from exc

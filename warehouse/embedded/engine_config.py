@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -24,7 +25,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from gpugap.schemas.errors import ServiceError
-from gpugap.warehouse.embedded import policy
+from gpugap.warehouse.embedded import policy, scopes
 from gpugap.warehouse.embedded.limits import EndpointLimits
 
 _CATALOG = """
@@ -70,13 +71,19 @@ def catalog(directory: Path) -> Catalog:
 
 
 def write_engine_config(
-    directory: Path, limits: EndpointLimits, cache: Path | None = None, *, guarded: bool = True
+    directory: Path,
+    limits: EndpointLimits,
+    cache: Path | None = None,
+    *,
+    guarded: bool = True,
+    warehouse: str | None = None,
 ) -> Path:
     """Write config.xml and users.xml into ``directory`` (inside the data directory, the one
     place the engine process can read); return the config's path. The engine's setting names
     are read once per chDB version into ``cache`` (default: ``directory``), so a fresh data
     directory does not start a child process again. ``guarded=False`` (a test of the
-    confinement, nothing else) leaves out every grant, constraint and row policy."""
+    confinement, nothing else) leaves out every grant, constraint and row policy. The tables
+    of the ``warehouse`` database get the scopes' row policies (scopes.POLICIES)."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     known = catalog(cache or directory)
@@ -112,9 +119,9 @@ def write_engine_config(
             "KILL QUERY ON *.*",
         )
     )
-    policies = "".join(
-        f"<{name}><filter>{escape(rule)}</filter></{name}>" for name, rule in ROW_POLICIES.items()
-    )
+    policies = "<system>" + _filters(ROW_POLICIES) + "</system>"
+    if warehouse and warehouse != "system":
+        policies += f"<{_element(warehouse)}>{_filters(scopes.POLICIES)}</{_element(warehouse)}>"
     if not guarded:
         defaults, const, maxima = "".join(f"<{k}>{v}</{k}>" for k, v in capped.items()), "", ""
     users = directory / "users.xml"
@@ -124,7 +131,7 @@ def write_engine_config(
         f"<constraints>{maxima}{const}</constraints>"
         "</default></profiles><users><default><password></password><profile>default</profile>"
         "<networks><ip>::/0</ip></networks><quota>default</quota>"
-        + (f"<grants>{grants}</grants><databases><system>{policies}</system></databases>"
+        + (f"<grants>{grants}</grants><databases>{policies}</databases>"
            if guarded else "")
         + "</default></users><quotas><default></default></quotas></clickhouse>\n"
     )  # fmt: skip
@@ -188,8 +195,11 @@ HOST_FILES_DATABASE = "_gpugap_host_files_off"
 # engine row policies let a reader see only the reader's own running queries and no other
 # query text; the endpoint's own connections (no log_comment) and the admin see all.
 _ROLE = "splitByChar(':', getSetting('log_comment'))[2]"
+# A reader scoped to a team or a person (scopes.py) sees only its own running query.
 ROW_POLICIES = {
-    "processes": f"{_ROLE} != 'reader' OR splitByChar(':', Settings['log_comment'])[2] = 'reader'",
+    "processes": f"{_ROLE} != 'reader' OR (({scopes.UNSCOPED}) AND "
+    "splitByChar(':', Settings['log_comment'])[2] = 'reader') "
+    "OR Settings['log_comment'] = getSetting('log_comment')",
     "query_cache": f"{_ROLE} != 'reader'",
     "asynchronous_inserts": f"{_ROLE} != 'reader'",
     # every thread's stack and query id, the server's own directories and paths
@@ -198,6 +208,23 @@ ROW_POLICIES = {
     "user_directories": f"{_ROLE} != 'reader'",
     "server_settings": f"{_ROLE} != 'reader' OR NOT match(name, '(?i)path|dir|file|disk|log')",
 }
+
+
+def _filters(rules: dict[str, str]) -> str:
+    return "".join(
+        f"<{_element(name)}><filter>{escape(rule)}</filter></{_element(name)}>"
+        for name, rule in rules.items()
+    )
+
+
+def _element(name: str) -> str:
+    """A database or table name as the element users.xml names it by."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ServiceError(
+            f"the warehouse database {name!r} is not a plain name (letters, digits, _): the "
+            "embedded endpoint writes its row policies under that name"
+        )
+    return name
 
 
 def workloads(limits: EndpointLimits, roles: Iterable[str]) -> list[str]:

@@ -40,6 +40,9 @@ class Call:
     admit: Callable[[int], None] | None = None
     conn: Connection | None = None  # a session's own connection, kept after the request
     transient: frozenset[str] = frozenset()  # settings of this request only, reset on ``conn``
+    # a reader scoped to a team or a person (scopes.py): the warehouse's database, the only one
+    # it may read (its row policies are written for it)
+    scoped_to: str | None = None
 
 
 @dataclass
@@ -174,7 +177,9 @@ class Execution:
             if policy.has_filters(stmt):
                 self._mark()  # the filters are read by the engine: as the caller
             off_host = policy.off_host(self.engine.table_functions)
-            policy.check(conn, stmt, off_host, reader=self.call.readonly)
+            policy.check(
+                conn, stmt, off_host, reader=self.call.readonly, scoped_to=self.call.scoped_to
+            )
         return stmt
 
     def _mark(self) -> None:
@@ -200,7 +205,9 @@ class Execution:
         if self.guarded and call.filters:
             self._mark()
             off_host = policy.off_host(self.engine.table_functions)
-            policy.check_filters(conn, call.filters, off_host, reader=call.readonly)
+            policy.check_filters(
+                conn, call.filters, off_host, reader=call.readonly, scoped_to=call.scoped_to
+            )
         settings = {**({} if self._marked else self._marks()), **call.settings, **self._lifted}
         if call.readonly:  # last: from here the engine refuses writes, DDL and setting changes
             settings["readonly"] = "1"
@@ -228,7 +235,13 @@ class Execution:
             filters = {k: v for k, v in changed.items() if k in allowed.FILTERS}
             assert self._conn is not None
             off_host = policy.off_host(self.engine.table_functions)
-            policy.check_filters(self._conn, filters, off_host, reader=self.call.readonly)
+            policy.check_filters(
+                self._conn,
+                filters,
+                off_host,
+                reader=self.call.readonly,
+                scoped_to=self.call.scoped_to,
+            )
         return {k: literal(v) for k, v in changed.items()}
 
     async def _insert(

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from gpugap.groundfloor import sqllex
-from gpugap.warehouse.embedded import allowed
+from gpugap.warehouse.embedded import allowed, scopes
 from gpugap.warehouse.embedded.connection import Connection, escaped
 from gpugap.warehouse.embedded.errors import EngineError
 
@@ -158,14 +158,27 @@ def has_filters(stmt: Statement) -> bool:
 
 
 def check(
-    conn: Connection, stmt: Statement, off_host: frozenset[str], *, reader: bool, depth: int = 0
+    conn: Connection,
+    stmt: Statement,
+    off_host: frozenset[str],
+    *,
+    reader: bool,
+    depth: int = 0,
+    scoped_to: str | None = None,
 ) -> None:
     """``check_statement``, and the row filters the statement holds, each checked the same
-    way."""
+    way; a reader scoped to a team or a person (``scoped_to``: the warehouse's database, the
+    one its row policies are written for) names no table elsewhere (scopes.check_tables)."""
     check_statement(stmt, off_host, reader=reader)
+    if scoped_to is not None:
+        if stmt.root.startswith("UseQuery"):
+            raise _denied("USE for a scoped reader (it reads its warehouse's database only)")
+        scopes.check_tables(stmt.ast, scoped_to)
     for name, text in _filters_in(stmt.normalized):
         for expression in filter_expressions(conn, name, text, literal=True):
-            check_expression(conn, expression, off_host, reader=reader, depth=depth + 1)
+            check_expression(
+                conn, expression, off_host, reader=reader, depth=depth + 1, scoped_to=scoped_to
+            )
 
 
 def check_statement(stmt: Statement, off_host: frozenset[str], *, reader: bool) -> None:
@@ -204,23 +217,34 @@ def check_statement(stmt: Statement, off_host: frozenset[str], *, reader: bool) 
 
 
 def check_filters(
-    conn: Connection, settings: Mapping[str, str], off_host: frozenset[str], *, reader: bool
+    conn: Connection,
+    settings: Mapping[str, str],
+    off_host: frozenset[str],
+    *,
+    reader: bool,
+    scoped_to: str | None = None,
 ) -> None:
     """The row filters among ``settings`` (name -> the value as the client sent it), each
     expression read by the engine and checked like a query before the setting is applied."""
     for name in sorted(set(settings) & allowed.FILTERS):
         for expression in filter_expressions(conn, name, settings[name], literal=False):
-            check_expression(conn, expression, off_host, reader=reader)
+            check_expression(conn, expression, off_host, reader=reader, scoped_to=scoped_to)
 
 
 def check_expression(
-    conn: Connection, expression: str, off_host: frozenset[str], *, reader: bool, depth: int = 1
+    conn: Connection,
+    expression: str,
+    off_host: frozenset[str],
+    *,
+    reader: bool,
+    depth: int = 1,
+    scoped_to: str | None = None,
 ) -> None:
     if depth > MAX_FILTER_DEPTH:
         raise _denied(f"row filters nested more than {MAX_FILTER_DEPTH} deep")
     if expression.strip():
         stmt = read(conn, f"SELECT ({expression}\n)")
-        check(conn, stmt, off_host, reader=reader, depth=depth)
+        check(conn, stmt, off_host, reader=reader, depth=depth, scoped_to=scoped_to)
 
 
 def filter_expressions(conn: Connection, name: str, text: str, *, literal: bool) -> list[str]:

@@ -112,6 +112,7 @@ def serve(
     limits: EndpointLimits | None = None,
     insecure_no_password: bool = False,
     sql_guards: bool = True,
+    warehouse: str | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT; then stop accepting, finish requests, close the engine.
     ``sql_guards=False`` turns every SQL-level check and engine grant off: only a test that
@@ -123,10 +124,13 @@ def serve(
     from gpugap.groundfloor.settings import ServicesSettings
 
     cache = ServicesSettings().cache_dir / "chdb"
-    config = write_engine_config(path / "gpugap-engine", limits, cache, guarded=sql_guards)
+    config = write_engine_config(
+        path / "gpugap-engine", limits, cache, guarded=sql_guards, warehouse=warehouse
+    )
     if sql_guards:
         prepare_data_dir(path)
-    roles = {role(u) for u in users.values()}
+    # (a reader's workload always: any user's request may be scoped, scopes.py, and then reads)
+    roles = {role(u) for u in users.values()} | {"reader"}
     startup = workloads(limits, roles) if sql_guards else []
     engine = EngineProcess(path, config, confine=limits.confine, startup=startup)
     confinement = engine.confinement
@@ -143,7 +147,7 @@ def serve(
         # engine calls, decompression and checks run in threads: enough for every slot
         executor = ThreadPoolExecutor(limits.max_concurrent_queries * 2 + 4, "clickhouse")
         loop.set_default_executor(executor)
-        endpoint = Endpoint(engine, users, limits, host, guarded=sql_guards)
+        endpoint = Endpoint(engine, users, limits, host, guarded=sql_guards, warehouse=warehouse)
         server = web.Server(
             endpoint.handle,
             handler_cancellation=True,  # a client that goes away cancels its query

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
-from gpugap.warehouse.embedded import allowed, auth, body, form, native, play, policy
+from gpugap.warehouse.embedded import allowed, auth, body, form, native, play, policy, scopes
 from gpugap.warehouse.embedded.browser import BrowserGuard
 from gpugap.warehouse.embedded.connection import literal, unliteral
 from gpugap.warehouse.embedded.engine import EngineProcess
@@ -31,6 +31,7 @@ from gpugap.warehouse.embedded.respond import (
     error,
     send,
 )
+from gpugap.warehouse.embedded.scopes import Scope
 from gpugap.warehouse.embedded.sessions import Session, Sessions
 from gpugap.warehouse.embedded.slots import Pending, Slots
 from gpugap.warehouse.embedded.users import User, role
@@ -70,8 +71,11 @@ class Endpoint:
         listen: str = "127.0.0.1",
         *,
         guarded: bool = True,
+        warehouse: str | None = None,
     ) -> None:
         self.engine, self.users, self.limits = engine, users, limits
+        # the database the scopes' row policies are written for (engine_config.py)
+        self.warehouse = warehouse
         self.guarded = guarded  # False: every SQL-level check off (a test of the confinement)
         self.sessions = Sessions(engine, limits.max_sessions, limits.session_timeout_s)
         self.slots = Slots(limits, users)
@@ -149,6 +153,20 @@ class Endpoint:
             )
         return user
 
+    def _scope(self, user: User, header: str | None) -> Scope | None:
+        """The request's scope (scopes.py): the user's own, or the narrower one its header
+        asks for; none where the endpoint has no warehouse database to scope."""
+        asked = scopes.parse_header(header) if header is not None else None
+        found = scopes.narrowed(user.scope, asked)
+        if found is not None and (not self.warehouse or not self.guarded):
+            raise EngineError(
+                "Not enough privileges: this endpoint scopes no reader (it was started with no "
+                "warehouse database, GPUGAP_CLICKHOUSE_DATABASE)",
+                497,
+                "ACCESS_DENIED",
+            )
+        return found
+
     async def _execute(
         self,
         request: web.BaseRequest,
@@ -157,9 +175,10 @@ class Endpoint:
         admit: Callable[[int], None],
     ) -> Result:
         params = request.query
-        readonly = user.readonly or request.method in ("GET", "HEAD")
+        scope = self._scope(user, request.headers.get(scopes.HEADER))
+        readonly = scope is not None or user.readonly or request.method in ("GET", "HEAD")
         readonly = readonly or params.get("readonly", "0") != "0"
-        if user.readonly and params.get("readonly") == "0":
+        if (scope or user.readonly) and params.get("readonly") == "0":
             policy.check_setting("readonly", reader=True)
         settings: dict[str, str] = {}
         multipart = form.is_multipart(request)
@@ -181,7 +200,9 @@ class Endpoint:
             )
         broken = False
         try:
-            return await self._run(request, user, readonly, settings, session=session, admit=admit)
+            return await self._run(
+                request, user, readonly, settings, session=session, admit=admit, scope=scope
+            )
         except EngineError:
             raise
         except BaseException:  # cancelled, or the engine failed: the connection's state is unknown
@@ -200,8 +221,20 @@ class Endpoint:
         *,
         session: Session | None,
         admit: Callable[[int], None],
+        scope: Scope | None = None,
     ) -> Result:
         params, headers = request.query, request.headers
+        database = headers.get("X-ClickHouse-Database") or params.get("database") or None
+        if scope is not None:  # its row policies are the warehouse database's
+            if database not in (None, self.warehouse):
+                raise EngineError(
+                    f"Not enough privileges: a scoped reader reads the database "
+                    f"{self.warehouse!r} only",
+                    497,
+                    "ACCESS_DENIED",
+                )
+            database = self.warehouse
+        reads_as = "reader" if scope is not None else role(user)
         merged = {**(session.settings if session else {}), **settings}
         verify = merged.get("http_native_compression_disable_checksumming_on_decompress", "0")
         if form.is_multipart(request):  # the query and its parameters are the form's
@@ -223,20 +256,21 @@ class Endpoint:
             stream=stream,
             # the X-ClickHouse-Database and X-ClickHouse-Format headers win over the
             # parameters (HTTPHandler::processQuery)
-            database=headers.get("X-ClickHouse-Database") or params.get("database") or None,
+            database=database,
             settings=merged,
             filters={k: unliteral(v) for k, v in merged.items() if k in allowed.FILTERS},
             params=bind,
             default_format=headers.get("X-ClickHouse-Format") or params.get("default_format"),
             revision=native.parse_revision(params.get("client_protocol_version")),
             # the engine's row policies read the role from it (engine_config.ROW_POLICIES)
-            marker=f"gpugap:{role(user)}:{uuid.uuid4()}",
-            workload=workload(role(user)) if self.guarded else "default",
+            marker=f"gpugap:{reads_as}:{uuid.uuid4()}" + (f":{scope.marker()}" if scope else ""),
+            workload=workload(reads_as) if self.guarded else "default",
             admit=admit,
             # a writer's session keeps its connection (temporary tables); a read-only request
             # runs on one of its own with the session's settings
             conn=await self.sessions.connection(session) if session and not readonly else None,
             transient=frozenset(settings) - frozenset(session.settings if session else ()),
+            scoped_to=self.warehouse if scope is not None else None,
         )
         execution = Execution(
             self.engine, self.limits, call, guarded=self.guarded, readings=self.readings
