@@ -105,6 +105,12 @@ class EmailTarget(AlertTarget):
         """Whether an owner's name is a plain user name, the only kind mailed at the domain."""
         return OWNER_PATTERN.fullmatch(owner) is not None
 
+    @staticmethod
+    def parse_address(value: str, setting: str) -> tuple[str, str]:
+        """A configured address as (header form, envelope address), checked as the sender's
+        and GPUGAP_EMAIL_TO's are (the monthly report's team addresses use it)."""
+        return address(value, setting)
+
     name = "email"
 
     def __init__(self, config: EmailSettings, kafka: KafkaSettings, **batching: Any) -> None:
