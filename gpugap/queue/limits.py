@@ -20,12 +20,16 @@ MIN_JOBS = 3
 
 
 def right_sized_limit(
-    elapsed_s: Sequence[float], limit_s: Sequence[float], timeouts: int
+    elapsed_s: Sequence[float],
+    limit_s: Sequence[float],
+    timeouts: int,
+    *,
+    min_jobs: int = MIN_JOBS,
 ) -> int | None:
     """p95 elapsed + 20 %, rounded up to 15 minutes; None where the rule leaves the limit
-    alone (a TIMEOUT in the window, fewer than MIN_JOBS completed jobs, a cut under a
-    quarter)."""
-    if timeouts or len(elapsed_s) < MIN_JOBS:
+    alone (a TIMEOUT in the window, fewer than ``min_jobs`` completed jobs, a cut under a
+    quarter). ``gpugap job`` asks it of one job (min_jobs=1) where its family is too small."""
+    if timeouts or not elapsed_s or len(elapsed_s) < min_jobs:
         return None
     q = quantile(elapsed_s, TIME_QUANTILE)
     new = max(TIME_GRANULE_S, math.ceil(q * (1 + TIME_MARGIN) / TIME_GRANULE_S) * TIME_GRANULE_S)
