@@ -354,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one block per c
     from gpugap.cli_report import register as register_report  # report, sql
 
     register_report(sub, cmd)
+    from gpugap.cli_job import register as register_job  # job ID
+
+    register_job(sub, cmd)
     from gpugap.cli_monthly import register as register_monthly  # monthly-report
 
     register_monthly(sub, cmd)
