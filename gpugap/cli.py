@@ -106,6 +106,7 @@ def _clickhouse_serve(args: argparse.Namespace) -> int:
         args.port or svc.clickhouse_port,
         users_from(settings.clickhouse),
         insecure_no_password=args.insecure_no_password,
+        warehouse=settings.clickhouse.database,
     )
     return 0
 

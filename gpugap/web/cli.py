@@ -46,10 +46,15 @@ def _web(args: argparse.Namespace) -> int:
     if args.clickhouse:
         settings = settings.model_copy(update={"url": args.clickhouse})
     client_options(settings)  # a malformed URL is a ConfigError before anything listens
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    from gpugap.groundfloor.settings import read_part
+    from gpugap.web.signon.settings import SignOnSettings
+
+    signon = read_part(SignOnSettings)  # GPUGAP_WEB_SIGNON_*: a clear error when incomplete
+    if args.host not in ("127.0.0.1", "localhost", "::1") and signon.mode == "off":
         log.warning(
-            "the page listens on %s: whoever reaches that address reads the warehouse's views",
+            "the page listens on %s with no sign-on: whoever reaches that address reads every "
+            "team's figures (GPUGAP_WEB_SIGNON_MODE, docs/security.md#sign-on)",
             args.host,
         )
-    serve(settings, args.host, args.port)
+    serve(settings, args.host, args.port, signon)
     return 0

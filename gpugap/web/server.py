@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import queue
@@ -30,9 +31,14 @@ from typing import Any
 from aiohttp import web
 
 from gpugap.groundfloor.settings import ClickHouseSettings
-from gpugap.schemas.errors import GpugapError
+from gpugap.schemas.errors import ConfigError, GpugapError
 from gpugap.web import DEFAULT_PORT, api, metrics, params
 from gpugap.web.queries import Query
+from gpugap.web.signon.roles import Person
+from gpugap.web.signon.routes import PERSON_KEY, SignOn
+from gpugap.web.signon.settings import SignOnSettings
+
+SCOPE_HEADER = "X-Gpugap-Scope"  # warehouse/embedded/scopes.HEADER
 
 log = logging.getLogger("gpugap.web")
 
@@ -80,7 +86,7 @@ class Workers:
 
     def __init__(self, settings: ClickHouseSettings, n: int = WORKERS) -> None:
         self.settings = settings
-        self.jobs: queue.Queue[tuple[Query, Future[api.Rows]] | None] = queue.Queue()
+        self.jobs: queue.Queue[tuple[Query, Future[api.Rows], str | None] | None] = queue.Queue()
         self.threads = [
             threading.Thread(target=self._work, name=f"gpugap-web-{i}", daemon=True)
             for i in range(n)
@@ -94,13 +100,13 @@ class Workers:
         client: Any = None
         try:
             while (job := self.jobs.get()) is not None:
-                q, fut = job
+                q, fut, scope = job
                 if not fut.set_running_or_notify_cancel():
                     continue
                 try:
                     if client is None:
                         client = connect(self.settings)
-                    result = self._query(client, q, run_query)
+                    result = self._query(client, q, run_query, scope)
                     fut.set_result((list(result.column_names), list(result.result_rows)))
                 except BaseException as exc:  # the caller gets it, the thread goes on
                     fut.set_exception(exc)
@@ -109,21 +115,50 @@ class Workers:
                 with contextlib.suppress(Exception):
                     client.close()
 
-    def _query(self, client: Any, q: Query, run_query: Callable[..., Any]) -> Any:
-        if self.settings.readonly_password is None:  # readonly=2 on each query
+    def _query(
+        self, client: Any, q: Query, run_query: Callable[..., Any], scope: str | None = None
+    ) -> Any:
+        if self.settings.readonly_password is None and scope is None:  # readonly=2 on each
             return run_query(client, q.sql, q.params)
-        # the read-only user may not even name the readonly setting (the endpoint refuses it)
+        # the read-only user may not even name the readonly setting (the endpoint refuses it),
+        # and a scoped query is read-only whoever sends it (warehouse/embedded/scopes.py)
         from gpugap.warehouse.client import as_gpugap_error
 
+        extra = {"transport_settings": {SCOPE_HEADER: scope}} if scope else {}
         try:
-            return client.query(q.sql, parameters=q.params)
+            return client.query(q.sql, parameters=q.params, **extra)
         except Exception as exc:
             raise as_gpugap_error(exc, self.settings.url) from None
 
-    async def run(self, q: Query) -> api.Rows:
+    async def run(self, q: Query, scope: str | None = None) -> api.Rows:
+        """``q``'s rows; narrowed by the endpoint to ``scope`` (a signed-in lead's or user's)."""
         fut: Future[api.Rows] = Future()
-        self.jobs.put((q, fut))
+        self.jobs.put((q, fut, scope))
         return await asyncio.wrap_future(fut)
+
+    def check_scopes(self) -> None:
+        """Sign-on relies on the endpoint to narrow each person's queries: refuse to start
+        where it would not (a ClickHouse server ignores the header and would show everyone
+        everything)."""
+        from gpugap.warehouse.client import connect
+
+        client = connect(self.settings)
+        try:
+            marker = client.query(
+                "SELECT getSetting('log_comment')",
+                transport_settings={SCOPE_HEADER: "team=gpugap-scope-check"},
+            ).result_rows[0][0]
+        except Exception as exc:
+            raise ConfigError(f"sign-on cannot check the warehouse's scopes: {exc}") from None
+        finally:
+            client.close()
+        if ":team:" not in str(marker):
+            raise ConfigError(
+                "sign-on needs a warehouse that narrows each person's queries: "
+                f"{self.settings.url} does not (gpugap's embedded endpoint does; for a ClickHouse "
+                "server give each team a user of its own, "
+                "docs/security.md#row-policies-on-a-clickhouse-server)"
+            )
 
     def stop(self) -> None:
         for _ in self.threads:
@@ -141,14 +176,20 @@ def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(text=body, status=status, content_type="application/json")
 
 
-def make_app(settings: ClickHouseSettings, host: str = "127.0.0.1") -> web.Application:
-    """The page's application; its queries run as ``reader(settings)``."""
+def make_app(  # noqa: PLR0915 (the routes' handlers, each a few lines, share its state)
+    settings: ClickHouseSettings, host: str = "127.0.0.1", signon: SignOnSettings | None = None
+) -> web.Application:
+    """The page's application; its queries run as ``reader(settings)``, narrowed to each
+    signed-in person's scope when ``signon`` is on (gpugap.web.signon)."""
     files = assets()
     loopback = host in _LOOPBACK or host.startswith("127.")
+    gate = SignOn(signon) if signon is not None and signon.mode != "off" else None
 
     @web.middleware
     async def guard(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
-        if request.method not in ("GET", "HEAD"):
+        if gate is not None and request.method == "POST" and request.path == "/auth/logout":
+            pass  # the one form: signing out
+        elif request.method not in ("GET", "HEAD"):
             return web.Response(status=405, text="GET only\n", headers={"Allow": "GET, HEAD"})
         if loopback and (request.url.host or "") not in _LOOPBACK | {host}:
             return web.Response(status=421, text="this page answers on the loopback only\n")
@@ -156,7 +197,8 @@ def make_app(settings: ClickHouseSettings, host: str = "127.0.0.1") -> web.Appli
         response.headers.update(HEADERS)
         return response
 
-    app = web.Application(middlewares=[guard], client_max_size=1024)
+    middlewares = [guard] if gate is None else [guard, gate.middleware]
+    app = web.Application(middlewares=middlewares, client_max_size=1024)
 
     async def index(request: web.Request) -> web.Response:
         return web.Response(body=files["index.html"], content_type="text/html", charset="utf-8")
@@ -175,8 +217,11 @@ def make_app(settings: ClickHouseSettings, host: str = "127.0.0.1") -> web.Appli
         given: dict[str, list[str]] = {}
         for k, v in request.query.items():
             given.setdefault(k, []).append(v)
+        person: Person | None = request.get(PERSON_KEY)
+        scope = person.scope if person is not None else None
+        run = functools.partial(app[WORKERS_KEY].run, scope=scope)
         try:
-            data = await api.answer(request.match_info["name"], given, app[WORKERS_KEY].run)
+            data = await api.answer(request.match_info["name"], given, run)
         except params.BadRequest as exc:
             return _json({"error": str(exc)}, 400)
         except api.NotFound:
@@ -195,6 +240,12 @@ def make_app(settings: ClickHouseSettings, host: str = "127.0.0.1") -> web.Appli
 
     async def start(app: web.Application) -> None:
         app[WORKERS_KEY] = Workers(reader(settings))
+        if gate is not None:
+            try:
+                await asyncio.to_thread(app[WORKERS_KEY].check_scopes)
+            except BaseException:  # (no cleanup runs after a failed start)
+                await asyncio.to_thread(app[WORKERS_KEY].stop)
+                raise
         app[EXPORTER_KEY] = metrics.Exporter(app[WORKERS_KEY].run)
 
     async def stop(app: web.Application) -> None:
@@ -206,6 +257,8 @@ def make_app(settings: ClickHouseSettings, host: str = "127.0.0.1") -> web.Appli
     app.router.add_get("/healthz", health)
     app.router.add_get("/metrics", prometheus)
     app.router.add_get("/static/{name:[A-Za-z0-9_./-]+}", static)
+    if gate is not None:  # (before /api/{name}: /api/whoami is its own)
+        gate.add_routes(app)
     app.router.add_get("/api/{name:[a-z_]{1,40}}", query)
     return app
 
@@ -229,7 +282,12 @@ def url_for(host: str, port: int) -> str:
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
 
 
-def serve(settings: ClickHouseSettings, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+def serve(
+    settings: ClickHouseSettings,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    signon: SignOnSettings | None = None,
+) -> None:
     """Run until SIGTERM/SIGINT."""
 
     async def main() -> None:
@@ -241,6 +299,6 @@ def serve(settings: ClickHouseSettings, host: str = "127.0.0.1", port: int = DEF
         def started(p: int) -> None:
             print(f"capacity-gap page: {url_for(host, p)}", flush=True)
 
-        await serve_until(make_app(settings, host), host, port, stop, started)
+        await serve_until(make_app(settings, host, signon), host, port, stop, started)
 
     asyncio.run(main())

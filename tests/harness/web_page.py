@@ -8,12 +8,19 @@ import threading
 
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.web.server import make_app, serve_until, url_for
+from gpugap.web.signon.settings import SignOnSettings
 
 
 class Background:
     """The page served from a thread of its own (tests, benchmarks): ``.url``, ``.stop()``."""
 
-    def __init__(self, settings: ClickHouseSettings, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        settings: ClickHouseSettings,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        signon: SignOnSettings | None = None,
+    ):
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -27,7 +34,8 @@ class Background:
                 self.port = p
                 self._ready.set()
 
-            await serve_until(make_app(settings, host), host, port, self._stop, started)
+            app = make_app(settings, host, signon)
+            await serve_until(app, host, port, self._stop, started)
 
         def run() -> None:
             try:
