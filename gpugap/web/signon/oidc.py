@@ -86,10 +86,12 @@ class Provider:
         meta = await self.metadata()
         secret = self.settings.client_secret
         assert secret is not None and self.settings.client_id is not None
-        auth = aiohttp.BasicAuth(
-            urllib.parse.quote(self.settings.client_id, safe=""),
-            urllib.parse.quote(secret.get_secret_value(), safe=""),
+        # client_secret_basic: both form-encoded, then Basic (RFC 6749 section 2.3.1)
+        pair = (
+            f"{urllib.parse.quote(self.settings.client_id, safe='')}:"
+            f"{urllib.parse.quote(secret.get_secret_value(), safe='')}"
         )
+        auth = {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
         form = {
             "grant_type": "authorization_code",
             "code": code,
@@ -97,7 +99,7 @@ class Provider:
             "code_verifier": login.verifier,
         }
         async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-            async with session.post(meta["token_endpoint"], data=form, auth=auth) as response:
+            async with session.post(meta["token_endpoint"], data=form, headers=auth) as response:
                 body = await response.content.read(MAX_DOCUMENT + 1)
                 if response.status != 200:
                     # the provider's error code only: its description may echo what was sent

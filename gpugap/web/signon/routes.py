@@ -21,7 +21,7 @@ from gpugap.web.signon.settings import SignOnSettings
 
 log = logging.getLogger("gpugap.web.signon")
 
-PERSON_KEY = "gpugap.person"
+PERSON_KEY = web.RequestKey("person", Person)
 OPEN_PATHS = ("/healthz", "/auth/login", "/auth/callback", "/auth/logout")
 _LOCAL_PATH = re.compile(r"^/(?![/\\])[A-Za-z0-9_./?=&%-]{0,500}$")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
