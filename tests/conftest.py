@@ -295,6 +295,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
 DEMO_FILES = frozenset(
     {
         "tests/bi/test_dashboard.py",
+        "tests/gpugap/test_report_monthly_demo.py",
         "tests/queue/test_demo_queue.py",
         "tests/web/test_api.py",
         "tests/web/test_demo_page.py",
