@@ -214,7 +214,7 @@ def _setting_names() -> set[str]:
                 "gpugap.producers.nvml.settings", "gpugap.producers.dcgm.settings",
                 "gpugap.sinks.alertmanager.settings", "gpugap.sinks.slack.settings",
                 "gpugap.sinks.email.settings", "gpugap.sinks.webhook.settings",
-                "gpugap.streams.settings"):  # fmt: skip
+                "gpugap.streams.settings", "gpugap.report.monthly_send"):  # fmt: skip
         importlib.import_module(mod)
 
     def walk(cls: type[BaseSettings]) -> Iterator[type[BaseSettings]]:
@@ -297,6 +297,25 @@ def test_a_secret_given_as_a_value_is_refused(helm: Path) -> None:
         "notify.secretFiles[0].key=url", check=False,
     )  # fmt: skip
     assert proc.returncode != 0 and "*_FILE" in proc.stderr, proc.stderr
+
+
+def test_the_monthly_report_runs_on_the_first_with_the_digests_settings(
+    helm: Path, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    objs = rendered["all"]
+    digest = pod_spec(one(objs, "CronJob", "gpugap-digest"))["containers"][0]
+    cron = one(objs, "CronJob", "gpugap-monthly-report")
+    assert cron["spec"]["schedule"] == "0 7 1 * *"
+    monthly = pod_spec(cron)["containers"][0]
+    assert monthly["args"] == [
+        "monthly-report", "--sent-by", "cronjob/gpugap-monthly-report", "--users"
+    ]  # fmt: skip
+    assert monthly["env"] == digest["env"] and monthly["volumeMounts"] == digest["volumeMounts"]
+    names = {e["name"] for e in monthly["env"]}
+    assert {"GPUGAP_MONTHLY_TEAM_ADDRESSES", "GPUGAP_EMAIL_PASSWORD_FILE"} <= names
+    off = render(helm, "-f", str(VALUES_ALL), "--set", "digest.monthly.enabled=false")
+    assert not [o for o in off if o["metadata"]["name"] == "gpugap-monthly-report"]
+    assert [o for o in off if o["metadata"]["name"] == "gpugap-digest"]
 
 
 def test_rbac_is_the_shipped_read_only_role(rendered: dict[str, list[dict[str, Any]]]) -> None:
