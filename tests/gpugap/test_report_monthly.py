@@ -240,6 +240,9 @@ def test_a_dry_run_writes_every_report_and_sends_nothing(
     png = parts(msg)[2]
     assert png == (out / "team-vision-2026-11.png").read_bytes()
     assert 'src="team-vision-2026-11.png"' in (out / "team-vision-2026-11.html").read_text()
+    empty = tmp_path / "january"  # a month with nothing: no report, no error
+    assert main(["monthly-report", "--month", "2026-01", "--users", "--dry-run", str(empty)]) == 0
+    assert list(empty.iterdir()) == []
     client = connect(november)
     try:
         assert client.query("SELECT count() FROM report_sends").result_rows == [(0,)]
