@@ -295,10 +295,12 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiServer]:
 DEMO_FILES = frozenset(
     {
         "tests/bi/test_dashboard.py",
+        "tests/gpugap/test_job_demo.py",
         "tests/gpugap/test_report_monthly_demo.py",
         "tests/queue/test_demo_queue.py",
         "tests/web/test_api.py",
         "tests/web/test_demo_page.py",
+        "tests/web/test_job_page.py",
         "tests/web/test_metrics.py",
         "tests/web/test_page.py",
     }

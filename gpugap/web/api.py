@@ -12,12 +12,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpugap.cost import report as cost
+from gpugap.report import job
 from gpugap.web import params, queries
 from gpugap.web.queries import Query
 
 Rows = tuple[list[str], list[Sequence[Any]]]
 Run = Callable[[Query], Awaitable[Rows]]
-NAMES = ("extent", "options", "allocation", "cost", *queries.FILTERED)
+NAMES = ("extent", "options", "allocation", "job", "cost", *queries.FILTERED)
 COST_COLUMNS = ["cluster", "environment", "rate_status", "allocated_gpu_h", "allocated_cost",
                 "unallocated_cost", "egress_gib", "egress_cost", "total_cost"]  # fmt: skip
 
@@ -126,6 +127,14 @@ def shape_allocation(meta: Rows, timeline: Rows) -> dict[str, Any]:
             "truncated": len(timeline[1]) >= queries.MAX_TIMELINE_ROWS}  # fmt: skip
 
 
+def shape_job(outcome: job.Outcome) -> dict[str, Any]:
+    """``gpugap job``'s report under ``job`` (match "one"), or the candidates of an id that
+    names several allocations (match "ambiguous"), or why none (match "unknown")."""
+    if isinstance(outcome, job.JobReport):
+        return {"match": "one", "job": outcome.model_dump(mode="json")}
+    return outcome.model_dump(mode="json")
+
+
 def _named(rows: Rows) -> list[dict[str, Any]]:
     columns, data = rows
     return [dict(zip(columns, r, strict=True)) for r in data]
@@ -176,6 +185,12 @@ async def answer(
         key = params.allocation(query)
         meta = await run(queries.allocation_meta(key))
         return shape_allocation(meta, await run(queries.allocation_timeline(key)))
+    if name == "job":
+        asked = params.job(query)
+        outcome = await job.run_async(
+            lambda q: run(queries.job_query(q)), job.plan(asked.id, asked.cluster)
+        )
+        return shape_job(outcome)
     if name == "cost":
         f = params.filters(query, now or datetime.now(UTC))
         card = await run(queries.COST_CARD)

@@ -57,6 +57,12 @@ class AllocationKey:
     allocation_id: str
 
 
+@dataclass(frozen=True)
+class JobKey:
+    id: str  # as gpugap job takes it (gpugap.report.job_queries.id_form)
+    cluster: str | None
+
+
 def _one(query: Mapping[str, list[str]], name: str) -> str | None:
     values = query.get(name)
     if not values:
@@ -136,3 +142,20 @@ def allocation(query: Mapping[str, list[str]]) -> AllocationKey:
     return AllocationKey(
         _text("cluster", cluster, MAX_VALUE_LEN), _text("allocation", alloc, MAX_ID_LEN)
     )
+
+
+def job(query: Mapping[str, list[str]]) -> JobKey:
+    """id (required: a Slurm job id, array task or run, namespace/pod, a pod UID or an
+    allocation id, as ``gpugap job`` takes it) and cluster (optional)."""
+    from gpugap.report.job_queries import id_form
+
+    _check_names(query, {"id", "cluster"})
+    ident = _one(query, "id")
+    if ident is None:
+        raise BadRequest("id is required")
+    try:
+        id_form(ident)
+    except ValueError as exc:
+        raise BadRequest(f"id: {exc}") from None
+    cluster = _one(query, "cluster")
+    return JobKey(ident, None if cluster is None else _text("cluster", cluster, MAX_VALUE_LEN))

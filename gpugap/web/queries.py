@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpugap.cost import report as cost
+from gpugap.report.job_queries import Query as JobQuery
 from gpugap.report.queries import window_parameters, windowed
 from gpugap.web.params import AllocationKey, Filters
 
@@ -429,6 +430,12 @@ def allocation_meta(key: AllocationKey) -> Query:
         "WHERE cluster = {cluster:String} AND allocation_id = {allocation:String} LIMIT 1"
     )
     return bind(sql, {"cluster": key.cluster, "allocation": key.allocation_id})
+
+
+def job_query(q: JobQuery) -> Query:
+    """One of ``gpugap job``'s fixed queries (gpugap.report.job_queries: its text constant,
+    its values bound), as the page runs it."""
+    return Query(q.sql, q.params)
 
 
 #: the API's names for the queries that take the page's filters

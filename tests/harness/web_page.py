@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+
+from aiohttp import web
 
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.web.server import make_app, serve_until, url_for
@@ -20,6 +23,7 @@ class Background:
         host: str = "127.0.0.1",
         port: int = 0,
         signon: SignOnSettings | None = None,
+        routes: Callable[[web.Application], None] | None = None,
     ):
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -35,6 +39,8 @@ class Background:
                 self._ready.set()
 
             app = make_app(settings, host, signon)
+            if routes is not None:  # a test's own routes beside the page's
+                routes(app)
             await serve_until(app, host, port, self._stop, started)
 
         def run() -> None:

@@ -253,6 +253,7 @@ async function loadEstate(s) {
   renderTable($("t-top"), cols(TOP_COLUMNS), records(top), {
     sortKey: "gap_gpu_h", empty: "no allocations in the range",
     link: (r, key) => {
+      if (key === "name") return jobHref(r.cluster, r.allocation_id);
       if (key !== "allocation_id") return null;
       const p = new URLSearchParams(back);
       p.set("view", "allocation");
@@ -283,6 +284,11 @@ async function loadEstate(s) {
   return `${fmtTime(s.since)} – ${fmtTime(s.until)} UTC · ${top.rows.length} top allocations`;
 }
 
+// the per-job report of an allocation (/job, gpugap job's)
+function jobHref(cluster, allocationId) {
+  return `/job?${new URLSearchParams({ id: allocationId, cluster })}`;
+}
+
 async function loadAllocation(s) {
   const p = new URLSearchParams({ cluster: s.allocCluster || "", allocation: s.allocation || "" });
   const a = await api("allocation", p);
@@ -309,6 +315,7 @@ async function loadAllocation(s) {
   renderTable($("t-gpus"), cols(["gpu_uuid", "node", "allocated_gpu_h", "consumed_gpu_h",
     "gap_gpu_h"]), a.gpus, { sortKey: "gap_gpu_h", empty: "no GPU-hours stored" });
   $("back").href = `?${queryOf({ ...s, view: "estate" })}`;
+  $("job-link").href = jobHref(s.allocCluster || "", s.allocation || "");
   return `${a.gpus.length} GPU(s)${a.truncated ? " (truncated)" : ""}`;
 }
 
