@@ -49,6 +49,11 @@ from gpugap.schemas.types import WorkloadClass
 HISTORY_DAYS = 14  # gpugap recommend compute's default history
 
 
+def _a(name: str) -> str:
+    """'an L4', 'an A100', 'a T4': GPU names are read letter by letter."""
+    return f"{'an' if name[:1].upper() in 'AEFHILMNORSX' else 'a'} {name}"
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -236,7 +241,7 @@ def gpu_model(
         apply = f"# in the pod spec of {said(a.name)}:\n{json.dumps(patch)}"
     return Advice(
         kind="gpu_model",
-        say=f"a {said(to.gpu_model)} would do",
+        say=f"{_a(said(to.gpu_model))} would do",
         parameter="gpu_model",
         from_value=f"{n} x {cur.gpu_model}",
         to_value=f"{n} x {to.gpu_model} ({to.pool})",

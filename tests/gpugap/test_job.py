@@ -14,6 +14,8 @@ from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.report.job import job_report
 from gpugap.report.job_models import Ambiguous, JobReport, Unknown
 from tests.gpugap.job_data import T0, records
+from tests.recommend.test_gpu_model import estate as gpu_model_estate
+from tests.recommend.test_gpu_model import families as gpu_model_families
 from tests.warehouse.test_views import store
 
 
@@ -80,6 +82,20 @@ def test_a_slice_would_do(jobs: ClickHouseSettings) -> None:
     assert share.say == "a 3g.40gb slice would do"
     assert "--gres=gpu:3g.40gb:1" in share.apply and "assumed" in share.why
     assert share.saved_gpu_h == pytest.approx(4 / 7, abs=1e-4)
+
+
+def test_a_smaller_model_would_do(clickhouse: ClickHouseSettings) -> None:
+    """tests/recommend/test_gpu_model.py's estate: alice's embed job, 24 h on one H100 at 10 %
+    in 6,000 MiB, fits an L4 (24 GiB, pool inference; the least memory that holds 1.25 x its
+    peak, no rate card) and a 1g.10gb slice; bob's, at 50 %, fits no smaller model."""
+    store(clickhouse, gpu_model_estate() + gpu_model_families())
+    advice = {x.kind: x for x in report(clickhouse, "slurm/hpc/0").advice}
+    model = advice["gpu_model"]
+    assert (model.say, model.to_value) == ("an L4 would do", "1 x L4 (inference)")
+    assert "#SBATCH --partition=inference" in model.apply and "less memory" in model.why
+    assert model.saved_gpu_h == pytest.approx(24.0, abs=1e-3)
+    assert advice["gpu_share"].say == "a 1g.10gb slice would do"
+    assert "gpu_model" not in {x.kind for x in report(clickhouse, "slurm/hpc/10").advice}
 
 
 def test_a_notebook_idle_most_of_its_life(jobs: ClickHouseSettings) -> None:
