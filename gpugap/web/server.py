@@ -32,7 +32,7 @@ from aiohttp import web
 
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.schemas.errors import ConfigError, GpugapError
-from gpugap.web import DEFAULT_PORT, api, metrics, params
+from gpugap.web import DEFAULT_PORT, api, decide, metrics, pages, params, team
 from gpugap.web.queries import Query
 from gpugap.web.signon.roles import Person
 from gpugap.web.signon.routes import PERSON_KEY, SignOn
@@ -44,6 +44,7 @@ log = logging.getLogger("gpugap.web")
 
 WORKERS = 9  # queries at once: the page asks nine things at once on each change
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+_POSTS = ("/auth/logout", "/api/decide")  # with sign-on, nothing else is ever written
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
           ".md": "text/plain", ".svg": "image/svg+xml", ".png": "image/png"}  # fmt: skip
 HEADERS = {
@@ -187,8 +188,8 @@ def make_app(  # noqa: PLR0915 (the routes' handlers, each a few lines, share it
 
     @web.middleware
     async def guard(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
-        if gate is not None and request.method == "POST" and request.path == "/auth/logout":
-            pass  # the one form: signing out
+        if gate is not None and request.method == "POST" and request.path in _POSTS:
+            pass  # signing out, deciding a recommendation
         elif request.method not in ("GET", "HEAD"):
             return web.Response(status=405, text="GET only\n", headers={"Allow": "GET, HEAD"})
         if loopback and (request.url.host or "") not in _LOOPBACK | {host}:
@@ -231,6 +232,9 @@ def make_app(  # noqa: PLR0915 (the routes' handlers, each a few lines, share it
             return _json({"error": str(exc)}, 502)
         return _json(data)
 
+    async def run_scoped(q: Query, scope: str | None) -> api.Rows:
+        return await app[WORKERS_KEY].run(q, scope)  # (the workers start with the app)
+
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -254,11 +258,14 @@ def make_app(  # noqa: PLR0915 (the routes' handlers, each a few lines, share it
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     app.router.add_get("/", index)
+    pages.add_routes(app, files)  # /job
     app.router.add_get("/healthz", health)
     app.router.add_get("/metrics", prometheus)
     app.router.add_get("/static/{name:[A-Za-z0-9_./-]+}", static)
-    if gate is not None:  # (before /api/{name}: /api/whoami is its own)
+    if gate is not None:  # (before /api/{name}: these are their own)
         gate.add_routes(app)
+        decide.add_routes(app, settings, run_scoped)
+        team.add_routes(app, run_scoped)
     app.router.add_get("/api/{name:[a-z_]{1,40}}", query)
     return app
 

@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.schemas import GpuMinute, NodeGpus, Record, SlurmJobEvent
-from gpugap.schemas.examples import gpu_uuid
+from gpugap.schemas.examples import example_recommendation, gpu_uuid
 from tests.harness.warehouse import CLICKHOUSE_PASSWORD, READER_PASSWORD
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
@@ -104,7 +104,24 @@ def records() -> list[Record]:
                         team=job.team,
                     )
                 )
+    out += recommendations()
     return out
+
+
+def recommendations() -> list[Record]:
+    """A --time recommendation for each job's person (ids ``time-<owner>``)."""
+    base = example_recommendation(T0)
+    return [
+        base.model_copy(
+            update={
+                "id": f"time-{job.owner}",
+                "target": base.target.model_copy(
+                    update={"cluster": "c", "user": job.owner, "account": job.team}
+                ),
+            }
+        )
+        for job in JOBS
+    ]
 
 
 @dataclass

@@ -15,7 +15,14 @@ import requests
 
 from gpugap.schemas.errors import ConfigError
 from gpugap.web.signon.settings import SignOnSettings
-from tests.harness.scoped_warehouse import JOBS, T0, ScopedWarehouse, scoped_warehouse
+from tests.harness.scoped_warehouse import (
+    JOBS,
+    T0,
+    ScopedWarehouse,
+    allocated_h,
+    consumed_h,
+    scoped_warehouse,
+)
 from tests.harness.web_page import Background
 
 pytestmark = pytest.mark.timeout(300)
@@ -159,3 +166,80 @@ def test_incomplete_sign_on_settings_say_what_is_missing() -> None:
         SignOnSettings(mode="proxy", **GROUPS)
     with pytest.raises(ConfigError, match="nobody a role"):
         SignOnSettings(mode="proxy", trusted_proxies=["127.0.0.1"])
+
+
+def decide(page: str, user: str, groups: str, body: dict[str, Any], **headers: str) -> Any:
+    return requests.post(
+        page + "api/decide",
+        json=body,
+        headers={
+            "X-Forwarded-User": user,
+            "X-Forwarded-Groups": groups,
+            "Origin": page.rstrip("/"),
+            **headers,
+        },
+        timeout=30,
+    )
+
+
+def test_a_lead_decides_the_teams_recommendations_and_the_trail_names_them(
+    page: str, estate: ScopedWarehouse
+) -> None:
+    listed = as_person(page, "/api/recommendations", "dave", "vision-leads").json()
+    index = listed["columns"].index("id")
+    assert {r[index] for r in listed["rows"]} == {"time-alice", "time-bob"}
+    assert listed["may_decide"] is True
+    answer = decide(
+        page, "dave", "vision-leads", {"id": "time-bob", "decision": "accept", "why": "fits"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["decided_by"] == "dave"
+    trail = rows_as(
+        estate,
+        "SELECT decided_by, decision, reason FROM recommendation_decisions WHERE id = 'time-bob'",
+    )
+    assert trail == [("dave", "accept", "fits")]
+    # another team's: not found for him; a user may not decide; another site may not
+    assert (
+        decide(
+            page, "dave", "vision-leads", {"id": "time-carol", "decision": "accept", "why": "x"}
+        ).status_code
+        == 404
+    )
+    assert (
+        decide(
+            page, "alice", "vision-members", {"id": "time-alice", "decision": "reject", "why": "x"}
+        ).status_code
+        == 403
+    )
+    cross = decide(
+        page,
+        "dave",
+        "vision-leads",
+        {"id": "time-bob", "decision": "reject", "why": "x"},
+        Origin="https://elsewhere.example",
+    )
+    assert cross.status_code == 403
+    mine = as_person(page, "/api/recommendations", "alice", "vision-members").json()
+    assert {r[index] for r in mine["rows"]} == {"time-alice"} and mine["may_decide"] is False
+
+
+def rows_as(estate: ScopedWarehouse, sql: str) -> list[tuple[Any, ...]]:
+    from gpugap.warehouse.client import connect
+
+    client = connect(estate.admin)
+    try:
+        return [tuple(r) for r in client.query(sql).result_rows]
+    finally:
+        client.close()
+
+
+def test_a_user_sees_their_teams_totals_and_nothing_of_its_jobs(page: str) -> None:
+    vision = [j for j in JOBS if j.team == "vision"]
+    totals = as_person(page, "/api/team_totals", "alice", "vision-members").json()
+    assert totals["team"] == "vision"
+    assert totals["allocations"] == len(vision)
+    assert totals["allocated_gpu_h"] == pytest.approx(sum(allocated_h(j) for j in vision))
+    assert totals["consumed_gpu_h"] == pytest.approx(sum(consumed_h(j) for j in vision))
+    # while her own jobs are hers alone
+    assert waste(page, "alice", "vision-members") == ids("alice")
