@@ -75,6 +75,12 @@ class Hydra(PromProcess):
         self.login_port = free_port()
         self.login_url = f"http://127.0.0.1:{self.login_port}"
         self._app: tuple[ThreadingHTTPServer, threading.Thread] | None = None
+        self._ttl = (access_token_ttl_s, id_token_ttl_s, refresh_token_ttl_s)
+        self.config = self.root / "hydra.json"
+        self._write_config()
+
+    def _write_config(self) -> None:
+        access_token_ttl_s, id_token_ttl_s, refresh_token_ttl_s = self._ttl
         app = self.login_url
         config = {
             "dsn": "memory",
@@ -104,7 +110,20 @@ class Hydra(PromProcess):
         serve.start()
         self._app = (server, serve)
         try:
-            super().start(timeout_s)
+            for attempt in range(3):
+                try:
+                    super().start(timeout_s)
+                    break
+                except RuntimeError as exc:
+                    # a free port taken in between (another test's client, an outgoing
+                    # connection's ephemeral port): again, on others
+                    if "address already in use" not in str(exc) or attempt == 2:
+                        raise
+                    self.port, self.admin_port = free_port(), free_port()
+                    self.url = f"http://127.0.0.1:{self.port}"
+                    self.admin_url = f"http://127.0.0.1:{self.admin_port}"
+                    self.issuer = f"{self.url}/"
+                    self._write_config()
             self.issuer = self.discovery()["issuer"]
         except BaseException:
             self.stop()
