@@ -1,5 +1,5 @@
 """The job command, registered into ``gpugap``'s parser: one allocation's report for the person
-who ran it (gpugap.report.job). Exit 0 with the report; 1 when the id names nothing; 2 when
+who ran it (gpugap.job.report). Exit 0 with the report; 1 when the id names nothing; 2 when
 it names several (they are listed: ask again by one's allocation id or with --cluster), or on
 a bad argument."""
 
@@ -34,9 +34,9 @@ def register(sub: Any, cmd: Cmd) -> None:
 
 
 def _job(args: argparse.Namespace) -> int:
-    from gpugap.report.job import plan, run
-    from gpugap.report.job_models import Ambiguous, Unknown
-    from gpugap.report.job_render import FORMATS, render
+    from gpugap.job.models import Ambiguous, Unknown
+    from gpugap.job.render import FORMATS, render
+    from gpugap.job.report import plan, run
     from gpugap.warehouse.client import connect
 
     if args.format not in FORMATS:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpugap.cost import report as cost
-from gpugap.report import job
+from gpugap.job import report as job
 from gpugap.web import params, queries
 from gpugap.web.queries import Query
 

@@ -59,7 +59,7 @@ class AllocationKey:
 
 @dataclass(frozen=True)
 class JobKey:
-    id: str  # as gpugap job takes it (gpugap.report.job_queries.id_form)
+    id: str  # as gpugap job takes it (gpugap.job.queries.id_form)
     cluster: str | None
 
 
@@ -147,7 +147,7 @@ def allocation(query: Mapping[str, list[str]]) -> AllocationKey:
 def job(query: Mapping[str, list[str]]) -> JobKey:
     """id (required: a Slurm job id, array task or run, namespace/pod, a pod UID or an
     allocation id, as ``gpugap job`` takes it) and cluster (optional)."""
-    from gpugap.report.job_queries import id_form
+    from gpugap.job.queries import id_form
 
     _check_names(query, {"id", "cluster"})
     ident = _one(query, "id")

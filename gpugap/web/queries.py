@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpugap.cost import report as cost
-from gpugap.report.job_queries import Query as JobQuery
+from gpugap.job.queries import Query as JobQuery
 from gpugap.report.queries import window_parameters, windowed
 from gpugap.web.params import AllocationKey, Filters
 
@@ -433,7 +433,7 @@ def allocation_meta(key: AllocationKey) -> Query:
 
 
 def job_query(q: JobQuery) -> Query:
-    """One of ``gpugap job``'s fixed queries (gpugap.report.job_queries: its text constant,
+    """One of ``gpugap job``'s fixed queries (gpugap.job.queries: its text constant,
     its values bound), as the page runs it."""
     return Query(q.sql, q.params)
 

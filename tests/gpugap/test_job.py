@@ -11,8 +11,8 @@ import pytest
 
 from gpugap.cli import main
 from gpugap.groundfloor.settings import ClickHouseSettings
-from gpugap.report.job import job_report
-from gpugap.report.job_models import Ambiguous, JobReport, Unknown
+from gpugap.job.models import Ambiguous, JobReport, Unknown
+from gpugap.job.report import job_report
 from tests.gpugap.job_data import T0, records
 from tests.recommend.test_gpu_model import estate as gpu_model_estate
 from tests.recommend.test_gpu_model import families as gpu_model_families

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gpugap.cli import main
-from gpugap.report.job import job_report
-from gpugap.report.job_models import JobReport
+from gpugap.job.models import JobReport
+from gpugap.job.report import job_report
 from tests.harness.warehouse import DemoWarehouse
 
 GAP = """

@@ -22,6 +22,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from gpugap.job.models import Advice, Allocation, GpuFigures, Idle
 from gpugap.queue.limits import MIN_JOBS, right_sized_limit
 from gpugap.recommend.base import hms, said, sh
 from gpugap.recommend.batch import GPU_IDLE_LIFE
@@ -43,7 +44,6 @@ from gpugap.recommend.model import (
     smaller_model,
 )
 from gpugap.recommend.queries import class_of
-from gpugap.report.job_models import Advice, Allocation, GpuFigures, Idle
 from gpugap.schemas.types import WorkloadClass
 
 HISTORY_DAYS = 14  # gpugap recommend compute's default history

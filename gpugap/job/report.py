@@ -12,7 +12,7 @@ A report is a plan (``plan``): batches of fixed queries (job_queries.py) and the
 return, the report at the end; pure, so the command (``run``, a clickhouse-connect client)
 and the page (``run_async``, its query threads) share it::
 
-    from gpugap.report.job import job_report
+    from gpugap.job.report import job_report
     outcome = job_report(settings.clickhouse, "12345", cluster=None)
 """
 
@@ -24,21 +24,21 @@ from datetime import timedelta
 from typing import Any
 
 from gpugap.groundfloor.settings import ClickHouseSettings
-from gpugap.recommend.base import family_where
-from gpugap.recommend.fit import PEAK_QUANTILE as FIT_QUANTILE
-from gpugap.recommend.model import PEAK_QUANTILE as MODEL_QUANTILE
-from gpugap.recommend.queries import target_of
-from gpugap.report import job_advice as advise
-from gpugap.report import job_queries as jq
-from gpugap.report import job_rows as shape
-from gpugap.report.job_models import (
+from gpugap.job import advice as advise
+from gpugap.job import queries as jq
+from gpugap.job import rows as shape
+from gpugap.job.models import (
     Ambiguous,
     JobReport,
     OpenRecommendation,
     Outcome,
     Unknown,
 )
-from gpugap.report.job_rows import Rows
+from gpugap.job.rows import Rows
+from gpugap.recommend.base import family_where
+from gpugap.recommend.fit import PEAK_QUANTILE as FIT_QUANTILE
+from gpugap.recommend.model import PEAK_QUANTILE as MODEL_QUANTILE
+from gpugap.recommend.queries import target_of
 from gpugap.schemas.errors import ConfigError
 
 Batch = dict[str, jq.Query]

@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from gpugap.recommend.batch import GPU_IDLE_LIFE
-from gpugap.report import job_queries as jq
-from gpugap.report.job_models import (
+from gpugap.job import queries as jq
+from gpugap.job.models import (
     Allocation,
     Candidate,
     Figures,
@@ -22,6 +21,7 @@ from gpugap.report.job_models import (
     Series,
     Stretch,
 )
+from gpugap.recommend.batch import GPU_IDLE_LIFE
 
 Rows = tuple[list[str], list[Sequence[Any]]]
 EPOCH = datetime(1970, 1, 2, tzinfo=UTC)

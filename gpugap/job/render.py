@@ -6,8 +6,8 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
+from gpugap.job.models import Ambiguous, JobReport, Outcome, Series, Unknown
 from gpugap.recommend.base import hms
-from gpugap.report.job_models import Ambiguous, JobReport, Outcome, Series, Unknown
 from gpugap.report.render import WIDTH, gpu_h, pct, when
 from gpugap.report.table import Col, table
 from gpugap.schemas.errors import ConfigError
