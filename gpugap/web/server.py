@@ -235,6 +235,9 @@ def make_app(  # noqa: PLR0915 (the routes' handlers, each a few lines, share it
     async def run_scoped(q: Query, scope: str | None) -> api.Rows:
         return await app[WORKERS_KEY].run(q, scope)  # (the workers start with the app)
 
+    async def nobody(request: web.Request) -> web.Response:
+        return _json({"mode": "off"})
+
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -262,7 +265,9 @@ def make_app(  # noqa: PLR0915 (the routes' handlers, each a few lines, share it
     app.router.add_get("/healthz", health)
     app.router.add_get("/metrics", prometheus)
     app.router.add_get("/static/{name:[A-Za-z0-9_./-]+}", static)
-    if gate is not None:  # (before /api/{name}: these are their own)
+    if gate is None:  # the page asks who it shows itself to: nobody in particular
+        app.router.add_get("/api/whoami", nobody)
+    else:  # (before /api/{name}: these are their own)
         gate.add_routes(app)
         decide.add_routes(app, settings, run_scoped)
         team.add_routes(app, run_scoped)

@@ -9,8 +9,9 @@
   let who;
   try {
     const r = await fetch("/api/whoami", { headers: { Accept: "application/json" } });
-    if (!r.ok) return; // no sign-on (404), or not signed in (the page itself would not load)
+    if (!r.ok) return; // not signed in (the page itself would not have loaded)
     who = await r.json();
+    if (who.mode === "off") return; // no sign-on: the operators' page
   } catch (e) {
     return;
   }
