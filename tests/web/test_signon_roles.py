@@ -243,3 +243,12 @@ def test_a_user_sees_their_teams_totals_and_nothing_of_its_jobs(page: str) -> No
     assert totals["consumed_gpu_h"] == pytest.approx(sum(consumed_h(j) for j in vision))
     # while her own jobs are hers alone
     assert waste(page, "alice", "vision-members") == ids("alice")
+
+
+def test_the_job_page_answers_a_person_about_their_own_jobs_only(page: str) -> None:
+    mine = as_person(page, "/api/job", "alice", "vision-members", id="101").json()
+    assert mine["match"] == "one"
+    theirs = as_person(page, "/api/job", "alice", "vision-members", id="201").json()
+    assert theirs["match"] == "unknown"
+    lead = as_person(page, "/api/job", "dave", "vision-leads", id="102").json()
+    assert lead["match"] == "one"
