@@ -181,17 +181,6 @@ class Alertmanager(PromProcess):
             out: list[dict[str, Any]] = json.load(r)
         return out
 
-    def __enter__(self) -> Alertmanager:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 class WebhookReceiver:
     """The receiver Alertmanager's ``webhook_configs`` posts to: an aiohttp server the test

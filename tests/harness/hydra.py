@@ -149,17 +149,6 @@ class Hydra(PromProcess):
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> Hydra:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def discovery(self) -> dict[str, Any]:
         """``/.well-known/openid-configuration``."""
         with urllib.request.urlopen(f"{self.url}/.well-known/openid-configuration", timeout=5) as r:

@@ -93,14 +93,3 @@ class OAuth2Proxy(PromProcess):
         self.stop()
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> OAuth2Proxy:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Self
 
 from gpugap.services.kafka import free_port
 
@@ -67,6 +68,21 @@ class PromProcess:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+    def close(self) -> None:
+        """Stop it and remove what it kept (a subclass's own files)."""
+        self.stop()
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def log_tail(self, lines: int = 30) -> str:
         try:
