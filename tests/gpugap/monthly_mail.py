@@ -4,48 +4,13 @@ environment that points gpugap at it and at a warehouse, and the parts of a capt
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpugap.groundfloor.settings import ClickHouseSettings
-from tests.sinks.receivers import Mail, SmtpServer, make_pki
-
-
-@contextmanager
-def smtp_capture(tmp_path: Path) -> Iterator[tuple[int, Path, list[Mail]]]:
-    """(port, CA file, the mails): the list fills when the block ends."""
-    (tmp_path / "pki").mkdir(exist_ok=True)
-    pki = make_pki(tmp_path / "pki")
-    mails: list[Mail] = []
-    ready, done = threading.Event(), threading.Event()
-    port: list[int] = []
-
-    def serve() -> None:
-        async def run() -> None:
-            async with SmtpServer(pki) as server:
-                port.append(server.port)
-                ready.set()
-                while not done.is_set():
-                    await asyncio.sleep(0.05)
-                mails.extend(server.mails)
-
-        asyncio.run(run())
-
-    thread = threading.Thread(target=serve)
-    thread.start()
-    try:
-        assert ready.wait(10)
-        yield port[0], pki.ca, mails
-    finally:
-        done.set()
-        thread.join(10)
 
 
 def environment(

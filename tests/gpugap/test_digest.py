@@ -4,7 +4,6 @@ through a real SMTP server (aiosmtpd, STARTTLS and AUTH) to <owner>@<domain>."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from gpugap.cli import main
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.schemas import Record
 from gpugap.sinks.clickhouse.sink import ClickHouseSink
-from tests.sinks.receivers import Mail, SmtpServer, make_pki
+from tests.sinks.receivers import smtp_capture
 from tests.warehouse.test_views import T0, job, minute
 
 
@@ -41,32 +40,11 @@ def test_each_owner_gets_their_top_allocations_by_absolute_waste(
         records.append(minute(3, m, "slurm/c/2", 6.0))
     odd = minute(2, 0, "slurm/c/9", 0.0).model_copy(update={"owner": "<bad owner>"})
     store(clickhouse, [*records, odd])
-    (tmp_path / "pki").mkdir()
-    pki = make_pki(tmp_path / "pki")
-    mails: list[Mail] = []
-    ready = threading.Event()
-    done = threading.Event()
-    port: list[int] = []
-
-    def serve() -> None:
-        async def run() -> None:
-            async with SmtpServer(pki) as server:
-                port.append(server.port)
-                ready.set()
-                while not done.is_set():
-                    await asyncio.sleep(0.05)
-                mails.extend(server.mails)
-
-        asyncio.run(run())
-
-    thread = threading.Thread(target=serve)
-    thread.start()
-    try:
-        assert ready.wait(10)
+    with smtp_capture(tmp_path) as (port, ca, mails):
         env: dict[str, Any] = {
             "GPUGAP_EMAIL_HOST": "127.0.0.1",
-            "GPUGAP_EMAIL_PORT": str(port[0]),
-            "GPUGAP_EMAIL_CAFILE": str(pki.ca),
+            "GPUGAP_EMAIL_PORT": str(port),
+            "GPUGAP_EMAIL_CAFILE": str(ca),
             "GPUGAP_EMAIL_USERNAME": "gpugap",
             "GPUGAP_EMAIL_PASSWORD": "s3cret-pw",
             "GPUGAP_EMAIL_SENDER": "gpugap <gpugap@example.org>",
@@ -85,9 +63,6 @@ def test_each_owner_gets_their_top_allocations_by_absolute_waste(
         assert "1 mail(s) composed" in dry.err and "slurm/c/1" in dry.out
         assert main(["digest", "--day", day]) == 0
         assert "1 mail(s) sent" in capsys.readouterr().err
-    finally:
-        done.set()
-        thread.join(10)
     (mail,) = mails
     assert mail.recipients == ["alice@example.org"]
     msg = mail.message

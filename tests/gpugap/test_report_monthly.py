@@ -20,7 +20,8 @@ from gpugap.schemas import K8sPodEvent, Record, SlurmJobEvent
 from gpugap.schemas.examples import example_recommendation
 from gpugap.schemas.models import RecommendationTarget
 from gpugap.warehouse.client import connect
-from tests.gpugap.monthly_mail import environment, parts, smtp_capture
+from tests.gpugap.monthly_mail import environment, parts
+from tests.sinks.receivers import smtp_capture
 from tests.warehouse.test_views import T0, job, minute, store
 
 NOV = Month(2026, 11)

@@ -15,8 +15,9 @@ from gpugap.report.monthly import Month, build
 from gpugap.report.monthly_mail import CHART_H, CHART_W
 from gpugap.report.png_chart import ALLOCATED, CONSUMED
 from gpugap.warehouse.client import connect
-from tests.gpugap.monthly_mail import environment, parts, smtp_capture, with_data_uri
+from tests.gpugap.monthly_mail import environment, parts, with_data_uri
 from tests.harness.warehouse import DemoWarehouse
+from tests.sinks.receivers import smtp_capture
 from tests.web.conftest import artifacts, browser  # noqa: F401 (fixtures)
 
 NOV = Month(2026, 11)

@@ -14,9 +14,11 @@ import json
 import shutil
 import ssl
 import subprocess
+import threading
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from email.message import EmailMessage
@@ -364,3 +366,33 @@ def check_scenario(first: Outcome, second: Outcome, target: str, code: int) -> N
         assert decode(ALERTS, base64.b64decode(dead.value_b64)).alert_id == B
         assert dead.reason.startswith(f"{target}: ") and str(code) in dead.reason
         assert dead.kind.value == "rejected"
+
+
+@contextmanager
+def smtp_capture(tmp_path: Path) -> Iterator[tuple[int, Path, list[Mail]]]:
+    """(port, CA file, the mails): the list fills when the block ends."""
+    (tmp_path / "pki").mkdir(exist_ok=True)
+    pki = make_pki(tmp_path / "pki")
+    mails: list[Mail] = []
+    ready, done = threading.Event(), threading.Event()
+    port: list[int] = []
+
+    def serve() -> None:
+        async def run() -> None:
+            async with SmtpServer(pki) as server:
+                port.append(server.port)
+                ready.set()
+                while not done.is_set():
+                    await asyncio.sleep(0.05)
+                mails.extend(server.mails)
+
+        asyncio.run(run())
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        yield port[0], pki.ca, mails
+    finally:
+        done.set()
+        thread.join(10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -78,13 +79,13 @@ def alert(alert_id: str, state: str, minutes: int) -> Alert:
     )
 
 
-def store(clickhouse: ClickHouseSettings, rows: list[Record], **sink: Any) -> None:
+def store(clickhouse: ClickHouseSettings, rows: Sequence[Record], **sink: Any) -> None:
     """Write ``rows`` through the sink (which rolls them up), as a deployment does."""
 
     async def write() -> None:
         out = ClickHouseSink(clickhouse, **sink)
         await out.start()
-        await out.write(rows)
+        await out.write(list(rows))
         await out.close()
 
     asyncio.run(write())
