@@ -38,6 +38,7 @@ _DISTRIBUTIONS = {
     "lz4": "lz4",
     "cramjam": "cramjam",
     "backports.zstd": "backports.zstd",
+    "jwt": "pyjwt[crypto]",
 }
 
 
@@ -57,6 +58,7 @@ _EXTRAS = {
     "lz4": "local",
     "cramjam": "local",
     "backports": "local",
+    "jwt": "signon",
 }
 
 #: what the embedded ClickHouse endpoint imports (extra ``local``)

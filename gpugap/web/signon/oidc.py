@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import jwt
 
 from gpugap.web.signon.sessions import PendingLogin
 from gpugap.web.signon.settings import SignOnSettings
@@ -39,6 +38,10 @@ class Claims:
 
 class Provider:
     def __init__(self, settings: SignOnSettings) -> None:
+        from gpugap.groundfloor.plugin import require
+
+        # the ID token's signature: PyJWT with cryptography (extra ``signon``)
+        require("sign-on with OpenID Connect", "signon", ("jwt", "cryptography"))
         self.settings = settings
         self._metadata: dict[str, Any] | None = None
         self._keys: dict[str, Any] = {}
@@ -125,6 +128,8 @@ class Provider:
     async def _verify(
         self, session: aiohttp.ClientSession, token: str, meta: dict[str, Any]
     ) -> dict[str, Any]:
+        import jwt
+
         try:
             kid = jwt.get_unverified_header(token).get("kid")
         except jwt.PyJWTError:
