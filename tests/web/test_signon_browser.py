@@ -239,6 +239,20 @@ def test_a_session_ends_when_its_id_token_expires(chromium: Any, estate: ScopedW
         status, body = api(tab, short, "api/whoami")
         assert status == 401, body
         assert api(tab, short, f"api/top_waste?{RANGE}")[0] == 401
+        # the page, asking again (another range), is sent to sign in and comes back: the
+        # provider remembers her, so no form, and a new session
+        logins = len(short.hydra.logins)
+        old = {c["value"] for c in context.cookies() if c["name"] == "gpugap_session"}
+        tab.select_option("#range-preset", "6")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            new = {c["value"] for c in context.cookies() if c["name"] == "gpugap_session"}
+            if new and new != old:
+                break
+            tab.wait_for_timeout(100)
+        assert new and new != old, "the page did not sign in again"
+        tab.wait_for_selector("#who", timeout=30_000)
+        assert len(short.hydra.logins) == logins  # no password asked again
     finally:
         context.close()
         short.close()

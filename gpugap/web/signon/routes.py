@@ -72,10 +72,9 @@ class SignOn:
         except NoRole as exc:
             return _refuse(api, 403, str(exc))
         if found is None:
-            if api:
-                return web.json_response(
-                    {"error": "sign in first", "login": "/auth/login"}, status=401
-                )
+            if api:  # (the page's script goes there, and comes back)
+                login = {"login": "/auth/login"} if self.settings.mode == "oidc" else {}
+                return web.json_response({"error": "sign in first", **login}, status=401)
             if self.settings.mode == "proxy":
                 return _page("Sign in", "Sign in through the site's proxy.", 401)
             raise web.HTTPSeeOther(f"/auth/login?next={_next(request.path_qs)}")

@@ -23,8 +23,17 @@ async function api(name, params) {
   const qs = params ? `?${params}` : "";
   const r = await fetch(`/api/${name}${qs}`, { headers: { Accept: "application/json" } });
   const body = await r.json().catch(() => ({ error: `${r.status} ${r.statusText}` }));
+  if (r.status === 401) signInAgain(body);
   if (!r.ok) throw new Error(`${name}: ${body.error || r.status}`);
   return body;
+}
+
+// a session that ended (its ID token expired, a sign-out elsewhere): sign in again and come
+// back here; with a proxy in front, the page's own load goes through its sign-in
+function signInAgain(body) {
+  const here = location.pathname + location.search;
+  if (body.login) location.assign(`${body.login}?next=${encodeURIComponent(here)}`);
+  else location.reload();
 }
 
 // --- time range --------------------------------------------------------------------------

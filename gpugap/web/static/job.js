@@ -180,6 +180,12 @@ async function init() {
   try {
     const r = await fetch(`/api/job?${q}`, { headers: { Accept: "application/json" } });
     const body = await r.json().catch(() => ({ error: `${r.status} ${r.statusText}` }));
+    if (r.status === 401) { // the session ended: sign in again and come back
+      const here = location.pathname + location.search;
+      if (body.login) location.assign(`${body.login}?next=${encodeURIComponent(here)}`);
+      else location.reload();
+      return;
+    }
     if (!r.ok) throw new Error(body.error || String(r.status));
     document.body.dataset.match = body.match;
     let said;
