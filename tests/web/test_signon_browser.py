@@ -256,3 +256,32 @@ def test_a_session_ends_when_its_id_token_expires(chromium: Any, estate: ScopedW
     finally:
         context.close()
         short.close()
+
+
+def test_a_lead_decides_a_recommendation_on_the_page(chromium: Any, site: Site) -> None:
+    context = chromium.new_context()
+    try:
+        tab = sign_in(context, site, "dave")
+        row = tab.wait_for_selector('#recommendations tr[data-id="time-alice"]', timeout=30_000)
+        listed = tab.eval_on_selector_all(
+            "#recommendations tr[data-id]", "rs => rs.map(r => r.dataset.id)"
+        )
+        assert sorted(listed) == ["time-alice", "time-bob"]  # the team's, not carol's
+        row.query_selector("input.why").fill("two hours is plenty")
+        row.query_selector("button.accept").click()
+        tab.wait_for_function(
+            '() => document.querySelector(\'#recommendations tr[data-id="time-alice"] '
+            ".decision').textContent.startsWith('accept')",
+            timeout=30_000,
+        )
+        assert row.query_selector(".decision").text_content() == "accept (dave)"
+    finally:
+        context.close()
+    user = chromium.new_context()
+    try:
+        tab = sign_in(user, site, "alice")
+        row = tab.wait_for_selector('#recommendations tr[data-id="time-alice"]', timeout=30_000)
+        assert row.query_selector("button") is None  # a user sees, a lead decides
+        assert row.query_selector(".decision").text_content() == "accept (dave)"
+    finally:
+        user.close()
