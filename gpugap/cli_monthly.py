@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpugap.cli_report import _clickhouse_flag
+
 Cmd = Callable[..., argparse.ArgumentParser]
 
 
@@ -51,12 +53,7 @@ def register(sub: Any, cmd: Cmd) -> None:
     mon.add_argument(
         "--resend", action="store_true", help="send again what report_sends says was sent"
     )
-    mon.add_argument(
-        "--clickhouse",
-        metavar="URL",
-        help="ClickHouse HTTP URL (default GPUGAP_CLICKHOUSE_URL; user, password and "
-        "database from GPUGAP_CLICKHOUSE_*)",
-    )
+    _clickhouse_flag(mon)
 
 
 def _monthly(args: argparse.Namespace) -> int:

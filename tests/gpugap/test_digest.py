@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,6 +13,7 @@ from gpugap.cli import main
 from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.schemas import Record
 from gpugap.sinks.clickhouse.sink import ClickHouseSink
+from tests.gpugap.monthly_mail import environment
 from tests.sinks.receivers import smtp_capture
 from tests.warehouse.test_views import T0, job, minute
 
@@ -41,22 +41,7 @@ def test_each_owner_gets_their_top_allocations_by_absolute_waste(
     odd = minute(2, 0, "slurm/c/9", 0.0).model_copy(update={"owner": "<bad owner>"})
     store(clickhouse, [*records, odd])
     with smtp_capture(tmp_path) as (port, ca, mails):
-        env: dict[str, Any] = {
-            "GPUGAP_EMAIL_HOST": "127.0.0.1",
-            "GPUGAP_EMAIL_PORT": str(port),
-            "GPUGAP_EMAIL_CAFILE": str(ca),
-            "GPUGAP_EMAIL_USERNAME": "gpugap",
-            "GPUGAP_EMAIL_PASSWORD": "s3cret-pw",
-            "GPUGAP_EMAIL_SENDER": "gpugap <gpugap@example.org>",
-            "GPUGAP_EMAIL_OWNER_DOMAIN": "example.org",
-            "GPUGAP_CLICKHOUSE_URL": clickhouse.url,
-            "GPUGAP_CLICKHOUSE_DATABASE": clickhouse.database,
-            "GPUGAP_CLICKHOUSE_USER": clickhouse.user,
-        }
-        if clickhouse.password is not None:
-            env["GPUGAP_CLICKHOUSE_PASSWORD"] = clickhouse.password.get_secret_value()
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
+        environment(monkeypatch, clickhouse, port, ca)
         day = T0.date().isoformat()
         assert main(["digest", "--day", day, "--top", "1", "--dry-run"]) == 0
         dry = capsys.readouterr()
