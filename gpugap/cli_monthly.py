@@ -1,7 +1,7 @@
 """``gpugap monthly-report``, registered into ``gpugap``'s parser: each team's (and user's)
 month by mail, or into files. Its own command rather than ``gpugap report monthly``:
 ``report`` takes flags and no subcommand, and a positional word there would be read as one
-more argument of the gap report (docs/commands.md#monthly-report)."""
+more argument of the gap report (docs/commands.md#gpugap-monthly-report)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Coverage by the second, end to end against hand-computed figures: 57 s scrapes, one lost
 sample, a job bound mid-minute. The stream's rows, the hourly rollup, the views and the report
 agree to the second; the seconds the lost sample would have covered are unmeasured, never zero
-use (docs/architecture.md#coverage)."""
+use (docs/architecture.md#coverage-by-the-second)."""
 
 from __future__ import annotations
 

@@ -198,7 +198,8 @@ def confine(writable: Iterable[Path], readable: Iterable[Path], *, required: boo
         raise ConfinementError(
             "the ClickHouse engine cannot be confined on this machine: "
             + "; ".join(report.problems)
-            + ". Run it on a kernel with Landlock (see docs/security.md#confinement), or set "
+            + ". Run it on a kernel with Landlock (see "
+            "docs/security.md#confinement-the-operating-system-is-the-boundary), or set "
             "GPUGAP_CLICKHOUSE_SERVE_CONFINE=best-effort (what the kernel allows) or =off"
         )
     return report

@@ -119,7 +119,8 @@ class EndpointLimits(BaseSettings):
 
     confine: Literal["required", "best-effort", "off"] = Field(
         default="required",
-        description="the engine process's confinement (docs/security.md#confinement): "
+        description="the engine process's confinement "
+        "(docs/security.md#confinement-the-operating-system-is-the-boundary): "
         "required (it does not start unconfined), best-effort (what the kernel allows, the rest "
         "logged) or off",
     )

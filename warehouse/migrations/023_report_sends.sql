@@ -1,4 +1,4 @@
--- Who sent which report (gpugap monthly-report; docs/commands.md#monthly-report). Append-only
+-- Who sent which report (gpugap monthly-report; docs/commands.md#gpugap-monthly-report). Append-only
 -- (a plain MergeTree: nothing replaces or collapses a row): one row per mail the SMTP server
 -- took, written after it did. sent_by: --sent-by, else the OS user the command ran as; kind:
 -- 'team' or 'user'; subject_of: that team or user; period: the month, YYYY-MM; recipient: the
