@@ -32,6 +32,9 @@ from gpugap.services.kafka import free_port
 from tests.harness.prom_process import PromProcess
 
 SCOPES = "openid email profile groups offline_access"
+#: a request to Hydra: CI's machine runs three test files at once beside the builds, and one
+#: discovery after start took more than 5 s there
+HTTP_TIMEOUT_S = 60
 
 
 class User(NamedTuple):
@@ -151,7 +154,9 @@ class Hydra(PromProcess):
 
     def discovery(self) -> dict[str, Any]:
         """``/.well-known/openid-configuration``."""
-        with urllib.request.urlopen(f"{self.url}/.well-known/openid-configuration", timeout=5) as r:
+        # (generous: the first answer makes Hydra's signing keys, slow on a loaded machine)
+        url = f"{self.url}/.well-known/openid-configuration"
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as r:
             out: dict[str, Any] = json.load(r)
         return out
 
@@ -181,7 +186,7 @@ class Hydra(PromProcess):
             headers={"Content-Type": "application/json", "Accept": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=10) as r:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as r:
                 raw = r.read()
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")[:2000]

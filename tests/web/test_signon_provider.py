@@ -65,7 +65,7 @@ class Browser:
         data = None if form is None else urllib.parse.urlencode(form).encode()
         request = urllib.request.Request(url, data=data, headers=headers or {})
         try:
-            with self._opener.open(request, timeout=15) as r:
+            with self._opener.open(request, timeout=60) as r:
                 return r.status, url, r.read().decode()
         except urllib.error.HTTPError as answer:  # 3xx and errors alike
             body = answer.read().decode(errors="replace")
@@ -123,7 +123,7 @@ def verified_claims(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
 
 def fetch_json(url: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> Any:
     request = urllib.request.Request(url, data=data, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=15) as r:
+    with urllib.request.urlopen(request, timeout=60) as r:
         return json.load(r)
 
 
