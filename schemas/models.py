@@ -23,6 +23,7 @@ from gpugap.schemas.types import (
     MAX_NODE_CPUS,
     MAX_NODE_MEMORY_MIB,
     MAX_NODES_PER_JOB,
+    MAX_PARTITIONS,
     MAX_QUEUE_GPUS,
     MAX_SHARING_PODS,
     MAX_UNSUPPORTED,
@@ -42,6 +43,7 @@ from gpugap.schemas.types import (
     Name,
     NonNegFloat,
     NonNegInt,
+    PartitionKind,
     PersonName,
     PodEventKind,
     PodPhase,
@@ -50,6 +52,7 @@ from gpugap.schemas.types import (
     Ratio,
     SampleSource,
     Scheduler,
+    ShareSource,
     SlurmJobState,
     StrictBool,
     StrictFloat,
@@ -57,7 +60,9 @@ from gpugap.schemas.types import (
     TerminationReason,
     Text,
     UtcTime,
+    Vendor,
     WorkloadClass,
+    vendor_of,
 )
 
 
@@ -80,6 +85,47 @@ class MigInstance(Record):
     gpu_instance_id: NonNegInt
     compute_instance_id: NonNegInt | None = None
     profile: Text | None = Field(default=None, description="e.g. '1g.10gb'")
+
+
+class DevicePartition(Record):
+    """A part of a physical device that is a device of its own, one of ``count`` equal parts:
+    each counts ``1/count`` of its device (docs/architecture.md#gpu-equivalents)."""
+
+    parent_uuid: GpuUuid = Field(description="the physical device (AMD-<uuid>, XPU-<uuid>)")
+    partition_id: NonNegInt = Field(le=MAX_PARTITIONS - 1)
+    kind: PartitionKind
+    count: int = Field(
+        ge=1, le=MAX_PARTITIONS, strict=True, description="equal parts the device is divided in"
+    )
+    mode: Text | None = Field(default=None, max_length=16, description="AMD: DPX, QPX, CPX...")
+
+    @model_validator(mode="after")
+    def _inside(self) -> Self:
+        if self.partition_id >= self.count:
+            raise ValueError(f"partition_id {self.partition_id} of only {self.count} partitions")
+        return self
+
+    @property
+    def share(self) -> float:
+        return 1.0 / self.count
+
+
+class MeasuredUse(Record):
+    """One holder's own use of a device over a sample's interval, measured from its processes
+    (NVML process utilization, dcgm-exporter's per-pod rows, amdsmi's process list). An entry
+    naming no pod is the use of processes no pod is known for: unattributed, never billed to
+    the device's holders."""
+
+    pod_uid: Annotated[str, Field(min_length=1, max_length=64)] | None = Field(
+        default=None, description="the pod's UID, from its processes' cgroups: its identity"
+    )
+    pod: Name | None = None
+    namespace: Name | None = None
+    activity: Ratio = Field(
+        description="the holder's processes' busy share of the device over the interval, in "
+        "the vendor's per-process scale: streams use it only in proportion to the others'"
+    )
+    memory_used_mib: NonNegFloat | None = None
 
 
 class SharingPod(Record):
@@ -126,11 +172,27 @@ class GpuSample(Record):
         description="fields the device could not report (NotSupported, errors)",
     )
     attribution: Attribution | None = None
+    vendor: Vendor | None = Field(
+        default=None, description="who made it; None: the one its uuid's prefix names"
+    )
+    partition: DevicePartition | None = Field(
+        default=None, description="an AMD compute partition or Intel tile that is a device"
+    )
+    measured_use: tuple[MeasuredUse, ...] | None = Field(
+        default=None,
+        max_length=MAX_SHARING_PODS + 1,
+        description="use measured per holder from its processes over the interval (None: "
+        "nothing measured per process; empty: measured, no process used it)",
+    )
 
     @model_validator(mode="after")
     def _metric_named(self) -> Self:
         if self.activity is not None and self.activity_metric is None:
             raise ValueError("activity_metric is required when activity is set")
+        if self.mig is not None and self.partition is not None:
+            raise ValueError("a device is a MIG instance or a partition, not both")
+        if self.vendor is not None and self.vendor is not vendor_of(self.uuid):
+            raise ValueError(f"vendor {self.vendor} but uuid {self.uuid!r} names another")
         return self
 
 
@@ -374,7 +436,14 @@ class GpuMinute(Record):
         "slice's share of its GPU, a time-sliced GPU's share per holder (1: a whole GPU)",
     )
     physical_uuid: GpuUuid | None = Field(
-        default=None, description="a MIG slice's physical GPU (None: gpu_uuid is the GPU)"
+        default=None,
+        description="a MIG slice's or partition's physical GPU (None: gpu_uuid is the GPU)",
+    )
+    vendor: Vendor | None = Field(default=None, description="None: the one gpu_uuid names")
+    share_source: ShareSource | None = Field(
+        default=None,
+        description="how a GPU several allocations held at once was split between them "
+        "(None: held alone, or nobody's)",
     )
     activity_avg: Ratio | None = None
     activity_max: Ratio | None = None

@@ -12,8 +12,15 @@ from pydantic import AfterValidator, Field, PlainSerializer, Strict, StringConst
 from gpugap.schemas.clock import HOUR_S, MILLISECOND_US
 
 _HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-#: ``GPU-<uuid>``, ``MIG-<uuid>`` (R470+ drivers) or ``MIG-GPU-<uuid>/<gi>/<ci>`` (older drivers).
-GPU_UUID_PATTERN = rf"^(GPU-{_HEX_UUID}|MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/\d+/\d+)$"
+#: A device's identity, its vendor named by its prefix (docs/architecture.md#device-identity):
+#: NVIDIA ``GPU-<uuid>``, ``MIG-<uuid>`` (R470+ drivers) or ``MIG-GPU-<uuid>/<gi>/<ci>`` (older
+#: drivers); AMD ``AMD-<uuid>`` (a GPU, or a compute partition with a UUID of its own: ROCm 7.0
+#: on) or ``AMD-<uuid>/<partition>`` (a partition of the GPU with that UUID); Intel
+#: ``XPU-<uuid>`` (a card) or ``XPU-<uuid>/<tile>`` (a tile that is a device of its own).
+GPU_UUID_PATTERN = (
+    rf"^(GPU-{_HEX_UUID}|MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/\d+/\d+"
+    rf"|AMD-{_HEX_UUID}(/\d{{1,2}})?|XPU-{_HEX_UUID}(/\d{{1,2}})?)$"
+)
 
 
 def _require_utc_ms(value: datetime) -> datetime:
@@ -112,6 +119,8 @@ LabelValue = Annotated[str, StringConstraints(max_length=256)]
 MAX_GPUS_PER_NODE = 256
 #: pods sharing one time-sliced GPU (the device plugin's replicas; 48 is the most we know of)
 MAX_SHARING_PODS = 64
+#: partitions of one device (an 8-XCD MI300X in CPX has 8; Intel Max has 2 tiles)
+MAX_PARTITIONS = 64
 #: GPU index on a node (MIG slices carry their parent's index)
 MAX_GPU_INDEX = 1023
 #: nodes in one Slurm job (the largest machines have ~10,000 nodes)
@@ -154,18 +163,74 @@ class WorkloadClass(StrEnum):
     INTERACTIVE = "interactive"
 
 
+class Vendor(StrEnum):
+    """Who made a device: named by its identity's prefix (``vendor_of``)."""
+
+    NVIDIA = "nvidia"
+    AMD = "amd"
+    INTEL = "intel"
+
+
+_VENDOR_PREFIX = {"GPU-": Vendor.NVIDIA, "MIG-": Vendor.NVIDIA, "AMD-": Vendor.AMD}
+_VENDOR_PREFIX["XPU-"] = Vendor.INTEL
+
+
+def vendor_of(uuid: str) -> Vendor:
+    """The vendor a device identity names (GPU_UUID_PATTERN); NVIDIA for anything else, as
+    every identity was before other vendors."""
+    return _VENDOR_PREFIX.get(uuid[:4], Vendor.NVIDIA)
+
+
 class ActivityMetric(StrEnum):
-    """Which device metric an activity value came from, best first (DESIGN.md)."""
+    """Which device metric an activity value came from (DESIGN.md; one busy scale:
+    docs/architecture.md#one-busy-scale). NVIDIA's best first."""
 
     SM_ACTIVE = "sm_active"  # DCGM_FI_PROF_SM_ACTIVE
     GR_ENGINE_ACTIVE = "gr_engine_active"  # DCGM_FI_PROF_GR_ENGINE_ACTIVE
     UTILIZATION = "utilization"  # NVML utilization.gpu or DCGM_FI_DEV_GPU_UTIL, / 100
+    #: AMD: the GFX engine's busy percent / 100 (amdsmi gfx_activity, gpu_gfx_activity)
+    GFX_ACTIVITY = "gfx_activity"
+    #: AMD compute partition: its XCCs' instantaneous busy percent, averaged, / 100
+    #: (amdsmi xcp_stats gfx_busy_inst, gpu_gfx_busy_instantaneous): only partition 0 has
+    #: gfx_activity
+    GFX_BUSY_INST = "gfx_busy_inst"
+    #: Intel: the compute engine group's active time over the interval (XPU Manager
+    #: engine_group_ratio type=compute, hw_gpu_task=compute-all; Level Zero COMPUTE_ALL)
+    COMPUTE_ENGINE_GROUP = "compute_engine_group"
+    #: Intel, where the compute group is not reported: any engine active (engine_ratio,
+    #: hw_gpu_task=all)
+    ALL_ENGINES = "all_engines"
 
 
 class SampleSource(StrEnum):
     NVML = "nvml"
     DCGM = "dcgm"
+    #: AMD's node agent (producers/amdsmi) and device-metrics-exporter (producers/amd_exporter)
+    AMDSMI = "amdsmi"
+    AMD_EXPORTER = "amd_exporter"
+    #: Intel XPU Manager's exporter, 1.x (xpum_*) or 2.x (hw_*) (producers/xpum)
+    XPUM = "xpum"
     SIMULATOR = "simulator"
+
+
+class PartitionKind(StrEnum):
+    """A part of a physical device that is a device of its own (NVIDIA's MIG has MigInstance)."""
+
+    #: an AMD Instinct compute partition (DPX/QPX/CPX): some of the device's XCDs
+    AMD_COMPUTE = "amd_compute"
+    #: one tile of an Intel Data Center GPU Max, where tiles are devices (FLAT hierarchy)
+    INTEL_TILE = "intel_tile"
+
+
+class ShareSource(StrEnum):
+    """How a GPU held by several allocations at once was split between them (GpuMinute)."""
+
+    #: each holder its equal share of each moment: nothing per process was measured
+    EVEN = "even"
+    #: busy time by what each holder's processes measured, the rest by holding
+    MEASURED = "measured"
+    #: part of the row's seconds measured, part even
+    MIXED = "mixed"
 
 
 class EventSource(StrEnum):
