@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 REGISTRY: dict[str, str] = {
     "nvml": "gpugap.producers.nvml.plugin:PLUGIN",
     "dcgm": "gpugap.producers.dcgm.plugin:PLUGIN",
+    "amdsmi": "gpugap.producers.amdsmi.plugin:PLUGIN",
+    "amd-exporter": "gpugap.producers.amd_exporter.plugin:PLUGIN",
+    "xpum": "gpugap.producers.xpum.plugin:PLUGIN",
     "kubernetes": "gpugap.producers.kubernetes.plugin:PLUGIN",
     "kubernetes-capacity": "gpugap.producers.kubernetes.plugin_capacity:PLUGIN",
     "kubernetes-queues": "gpugap.producers.kubernetes.plugin_queues:PLUGIN",
