@@ -23,6 +23,7 @@ from gpugap.groundfloor.settings import Settings
 from gpugap.producers.base import Producer
 from gpugap.producers.nvml.job_map import read_job_map
 from gpugap.producers.nvml.pod_resources import PodResourcesClient, lookup, merge
+from gpugap.producers.nvml.processes import ProcessUse
 from gpugap.producers.nvml.sampler import NoDriver, NvmlSampler
 from gpugap.producers.nvml.settings import NvmlSettings
 from gpugap.schemas import GpuSample, NodeSample, Record, Topic, utc_now
@@ -42,7 +43,8 @@ class NvmlProducer(Producer):
         self.cluster = cfg.cluster or settings.cluster
         self.node = cfg.node or socket.gethostname()
         self.interval_s = cfg.interval_s
-        self.sampler = NvmlSampler(cfg.rediscover_s)
+        processes = ProcessUse(cfg.proc_root) if cfg.process_use else None
+        self.sampler = NvmlSampler(cfg.rediscover_s, processes=processes)
         self.pods = (
             PodResourcesClient(cfg.pod_resources_socket, cfg.pod_resources_timeout_s)
             if cfg.pod_resources_socket is not None

@@ -22,7 +22,8 @@ from typing import Any
 
 import pynvml
 
-from gpugap.schemas import GpuSample, MigInstance
+from gpugap.producers.nvml.processes import NotMeasured, ProcessUse
+from gpugap.schemas import GpuSample, MeasuredUse, MigInstance
 from gpugap.schemas.types import ActivityMetric
 
 log = logging.getLogger(__name__)
@@ -75,9 +76,14 @@ def _is(exc: pynvml.NVMLError, code: int) -> bool:
 
 class NvmlSampler:
     def __init__(
-        self, rediscover_s: float = 60.0, clock: Callable[[], float] = time.monotonic
+        self,
+        rediscover_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        processes: ProcessUse | None = None,
     ) -> None:
         self.rediscover_s = rediscover_s
+        #: per-process use of whole GPUs (None: not read, GPUGAP_NVML_PROCESS_USE=false)
+        self.processes = processes
         self.clock = clock
         self.devices: list[Device] = []
         self.started = False
@@ -180,6 +186,8 @@ class NvmlSampler:
         """One reading of every device; rediscovers first when due."""
         if self._rediscover or self.clock() - self._discovered_at >= self.rediscover_s:
             self.discover()
+            if self.processes is not None:
+                self.processes.forget({d.uuid for d in self.devices})
         return [self._read(d) for d in self.devices]
 
     def _read(self, d: Device) -> GpuSample:
@@ -193,6 +201,11 @@ class NvmlSampler:
                     d, fields=fields, failed=failed, values=values, fn=fn, args=args,
                     convert=convert,
                 )  # fmt: skip
+            if not d.lost:
+                values["measured_use"] = self._process_use(d)
+            if d.lost:  # lost while reading its processes
+                failed.update(ALL_FIELDS)
+                values.clear()
         unsupported = tuple(f for f in ALL_FIELDS if f in failed or f in d.not_supported)
         return GpuSample(
             uuid=d.uuid,
@@ -202,6 +215,25 @@ class NvmlSampler:
             unsupported=unsupported,
             **values,
         )
+
+    def _process_use(self, d: Device) -> tuple[MeasuredUse, ...] | None:
+        """Use per pod of a whole GPU; None: not measured (MIG, unsupported, an error)."""
+        if self.processes is None or d.mig is not None or "measured_use" in d.not_supported:
+            return None  # MIG: NVML attributes no SM time to processes there
+        try:
+            return self.processes.read(d.uuid, d.handle)
+        except NotMeasured as exc:
+            if exc.not_supported:
+                d.not_supported.add("measured_use")
+            return None
+        except pynvml.NVMLError as exc:
+            if _is(exc, pynvml.NVML_ERROR_GPU_IS_LOST):
+                log.error("NVML: %s (index %d) is lost; no values until it returns", *d.key)
+                d.lost = True
+                self._rediscover = True
+            else:
+                log.warning("NVML: %s process use: %s", d.uuid, exc)
+            return None
 
     def _call(
         self,

@@ -30,6 +30,15 @@ class NvmlSettings(BaseSettings):
     job_mapping_dir: Path | None = Field(
         default=None, description="Slurm: dcgm-exporter hpc-job-mapping directory"
     )
+    process_use: bool = Field(
+        default=True,
+        description="measure each pod's use of a whole GPU from its processes (one more NVML "
+        "call per GPU per poll, plus reading /proc/<pid>/cgroup of each process on a GPU)",
+    )
+    proc_root: Path = Field(
+        default=Path("/proc"),
+        description="the host's /proc (PIDs -> pods via cgroups): needs hostPID or a mount",
+    )
 
     _paths = field_validator("pod_resources_socket", "job_mapping_dir", mode="before")(
         optional_path

@@ -7,6 +7,11 @@ structures (``c_nvmlUtilization_t``, ``c_nvmlMemory_t``) or plain ints and strs,
 wrappers return them; empty MIG slots raise ``NotFound``; a lost GPU raises ``GpuIsLost`` from
 every call, opening it by index included, while ``nvmlDeviceGetCount`` still counts it.
 
+Per-process calls replay a GPU's ``process_samples`` (the driver's sample buffer: pid,
+timeStamp, smUtil, memUtil) and ``compute_processes`` (pid, usedGpuMemory in bytes, None: not
+available), built from recorded ``nvidia-smi pmon`` / ``--query-compute-apps`` outputs or from
+DeviceState by tests/harness/nvml_processes.py.
+
 Values come from fixture files (tests/fixtures/nvml/*.json). A value given as a string names
 the NVML error that the call raises instead (``"NOT_SUPPORTED"`` -> NVML_ERROR_NOT_SUPPORTED).
 """
@@ -42,6 +47,8 @@ FUNCTIONS = (
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetComputeRunningProcesses",
 )
 
 
@@ -210,3 +217,40 @@ class FakeNvml:
         if clock_type != pynvml.NVML_CLOCK_SM:
             raise error("INVALID_ARGUMENT")
         return int(self._value(h, "sm_clock_mhz"))
+
+    def nvmlDeviceGetProcessUtilization(self, h: Handle, timeStamp: int) -> list[Any]:
+        """The buffered samples newer than ``timeStamp``, as pynvml's ctypes structs; none:
+        NVML_ERROR_NOT_FOUND (the NVML docs: no valid sample since lastSeenTimeStamp)."""
+        samples = [s for s in self._value(h, "process_samples") if s["timeStamp"] > timeStamp]
+        if not samples:
+            raise error("NOT_FOUND")
+        return [
+            pynvml.c_nvmlProcessUtilizationSample_t(
+                pid=s["pid"],
+                timeStamp=s["timeStamp"],
+                smUtil=s["smUtil"],
+                memUtil=s.get("memUtil", 0),
+                encUtil=s.get("encUtil", 0),
+                decUtil=s.get("decUtil", 0),
+            )
+            for s in samples
+        ]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Handle) -> list[Any]:
+        """Friendly objects of c_nvmlProcessInfo_v3_t, built and patched as pynvml does
+        (usedGpuMemory NVML_VALUE_NOT_AVAILABLE -> None)."""
+        out = []
+        not_available = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+        for p in self._value(h, "compute_processes"):
+            used = p["usedGpuMemory"]
+            raw = pynvml.c_nvmlProcessInfo_v3_t(
+                pid=p["pid"],
+                usedGpuMemory=not_available if used is None else used,
+                gpuInstanceId=p.get("gpuInstanceId", 0xFFFFFFFF),
+                computeInstanceId=p.get("computeInstanceId", 0xFFFFFFFF),
+            )
+            obj = pynvml.nvmlStructToFriendlyObject(raw)
+            if obj.usedGpuMemory == not_available:
+                obj.usedGpuMemory = None
+            out.append(obj)
+        return out
