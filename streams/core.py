@@ -54,6 +54,7 @@ from gpugap.schemas.types import (
     format_utc,
 )
 from gpugap.streams.detect_idle import IdleConfig, observe
+from gpugap.streams.measured import measured_weights
 from gpugap.streams.rows import held, in_life, learns, node_minutes, placeholder_uuid, pod_key
 from gpugap.streams.state import (
     NodeState,
@@ -255,6 +256,8 @@ class NodeCore:
                 if index.get(i_key) != u:
                     index[i_key] = u
                     everything = True
+                if g.partition is not None and self._partition(u, g):
+                    everything = True
             elif self._slice(u, g):
                 everything = True
             if u not in known:
@@ -264,6 +267,8 @@ class NodeCore:
                 buf = samples[u] = []
             metric = PLAIN.get(g.activity_metric)
             row: Sample = [t, dt, g.activity, metric, g.memory_used_mib, g.power_w]
+            if g.measured_use is not None:
+                row.append(measured_weights(g))
             if not buf or cast(int, buf[-1][0]) < t:  # in order: the usual case
                 buf.append(row)
             else:
@@ -296,6 +301,18 @@ class NodeCore:
             share = 1.0
         slices = self.state.setdefault("slices", {})
         now = [mig.parent_uuid, share]
+        if slices.get(u) == now:
+            return False
+        slices[u] = now
+        return True
+
+    def _partition(self, u: str, g: GpuSample) -> bool:
+        """Note an AMD compute partition's or Intel tile's physical device and share, as a MIG
+        slice's (``partition`` marks it: its device has no part nobody can hold)."""
+        part = g.partition
+        assert part is not None
+        slices = self.state.setdefault("slices", {})
+        now = [part.parent_uuid, part.share, "partition"]
         if slices.get(u) == now:
             return False
         slices[u] = now

@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 from gpugap.schemas.clock import MINUTE_MS, SECOND_MS, at, ms
 from gpugap.schemas.models import (
@@ -445,7 +446,7 @@ class Processor:
 def last_input(s: NodeState) -> int | None:
     """The latest event time a node's state shows a record for (a restored node's), else
     its closed frontier."""
-    times = [int(buf[-1][0] or 0) for buf in s["samples"].values() if buf]
+    times = [int(cast(int, buf[-1][0]) or 0) for buf in s["samples"].values() if buf]
     for a in s["allocs"].values():
         times += [t for t in (a["start"], a["end"]) if t is not None]
     times += s.get("ended", {}).values()

@@ -18,8 +18,8 @@ from itertools import pairwise
 from gpugap.schemas.clock import MINUTE_MS, SECOND_MS, at
 from gpugap.schemas.fast import trusted
 from gpugap.schemas.models import GpuMinute, IdlePolicy
-from gpugap.schemas.types import ActivityMetric, Scheduler, WorkloadClass
-from gpugap.streams import window
+from gpugap.schemas.types import ActivityMetric, Scheduler, ShareSource, WorkloadClass, vendor_of
+from gpugap.streams import measured, window
 from gpugap.streams.state import AllocState, NodeState, Span
 
 #: enum members by value (the state holds values)
@@ -122,11 +122,39 @@ def node_minutes(
     gpus = {g for g, since in known.items() if since < m1} | set(spans)
     rows: list[GpuMinute] = []
     minute = at(m0)
+    holders: dict[str, str] | None = None  # pods' holder keys, built once a measure needs them
     for g in sorted(gpus):
-        parent, share = slices.get(g) or (None, 1.0)
+        parent, share, *_ = slices.get(g) or (None, 1.0)
         eff = window.effective_in(s["samples"].get(g, ()), m0, m1)
         mine = spans.get(g, ())
-        for (aid, lo, hi), part in zip(mine, shared(mine), strict=True):
+        stranger_ms = 0.0
+        if mine and measured.has_measures(eff):
+            if holders is None:
+                holders = measured.holder_of(s["cluster"], s["allocs"])
+            parts, stranger_ms = measured.split(mine, eff, holders)
+            for aid, lo, hi in mine:
+                p = parts[aid]
+                a = s["allocs"][aid]
+                rows.append(
+                    row(
+                        s,
+                        g,
+                        minute,
+                        window.usage([(lo, hi)], eff),
+                        span_ms=hi - lo,
+                        share=share * p.allocated_ms / (hi - lo),
+                        consumed_ms=p.consumed_ms * share,
+                        measured_ms=p.measured_ms * share,
+                        physical=parent,
+                        a=a,
+                        policy=policy(a),
+                        share_source=p.source,
+                    )
+                )
+            mine_plain: Sequence[tuple[str, int, int]] = ()
+        else:
+            mine_plain = mine
+        for (aid, lo, hi), part in zip(mine_plain, shared(mine_plain), strict=True):
             u = window.usage([(lo, hi)], eff)
             consumed: float = u.consumed
             covered: float = u.covered_ms
@@ -150,26 +178,33 @@ def node_minutes(
                     physical=parent,
                     a=a,
                     policy=policy(a),
+                    share_source=ShareSource.EVEN if part is not None else None,
                 )
             )
-        if g in known:
-            free = window.complement([(lo, hi) for _, lo, hi in mine], max(m0, known[g]), m1)
-            if free:
+        if g in known or stranger_ms > 0:
+            begin = max(m0, known[g]) if g in known else m1
+            free = window.complement([(lo, hi) for _, lo, hi in mine], begin, m1)
+            if free or stranger_ms > 0:
+                # nobody's: the seconds nobody held it, and the use of processes no holder
+                # owns while it was held (unattributed, never billed to the holders)
                 free_ms = sum(e - b for b, e in free)
-                u = window.usage(free, eff)
+                u = window.usage(free, eff) if free else window.usage([(m0, m1)], eff)
+                consumed = (u.consumed if free else 0.0) + stranger_ms
+                covered = (u.covered_ms if free else 0.0) + stranger_ms
                 rows.append(
                     row(
                         s,
                         g,
                         minute,
                         u,
-                        span_ms=free_ms,
+                        span_ms=free_ms + stranger_ms,
                         share=share,
-                        consumed_ms=u.consumed * share,
-                        measured_ms=u.covered_ms * share,
+                        consumed_ms=consumed * share,
+                        measured_ms=covered * share,
                         physical=parent,
                         a=None,
                         policy=None,
+                        share_source=ShareSource.MEASURED if stranger_ms > 0 else None,
                     )
                 )
     rows.extend(unsliced_rows(s, m0, minute))
@@ -202,7 +237,9 @@ def unsliced_rows(s: NodeState, m0: int, minute: datetime) -> list[GpuMinute]:
     m1 = m0 + MINUTE_MS
     known = s["known"]
     parts: dict[str, list[tuple[float, int]]] = {}
-    for u, (parent, share) in slices.items():
+    for u, (parent, share, *kind) in slices.items():
+        if kind:  # an AMD partition or Intel tile: every part is a device, none unsliced
+            continue
         since = known.get(u)
         if since is not None and since < m1:
             parts.setdefault(parent, []).append((share, since))
@@ -237,7 +274,7 @@ def row(
     minute: datetime,
     u: window.Usage,
     *,
-    span_ms: int,
+    span_ms: float,
     share: float,
     consumed_ms: float,
     measured_ms: float,
@@ -245,6 +282,7 @@ def row(
     a: AllocState | None,
     policy: IdlePolicy | None,
     unsliced: bool = False,
+    share_source: ShareSource | None = None,
 ) -> GpuMinute:
     """``span_ms`` of the device counted at ``share`` of a physical GPU, ``consumed_ms`` and
     ``measured_ms`` (the part some sample with an activity reading covered) in GPU-equivalents
@@ -269,6 +307,8 @@ def row(
             "device_s": device_s,
             "gpu_share": share,
             "physical_uuid": physical,
+            "vendor": vendor_of(g),
+            "share_source": share_source,
             "activity_avg": min(avg, 1.0) if avg is not None else None,
             "activity_max": u.activity_max,
             "activity_metric": ENUMS[u.metric] if u.metric is not None else None,

@@ -11,10 +11,11 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import cast
+from typing import Any, cast
 
-#: one buffered sample of one GPU: [t_ms, dt_ms, activity, metric, memory_mib, power_w]
-Sample = list[float | int | str | None]
+#: one buffered sample of one GPU: [t_ms, dt_ms, activity, metric, memory_mib, power_w], and
+#: where the sample measured use per holder, its weights (streams.measured.Weights) seventh
+Sample = list[float | int | str | list[list[str | float]] | None]
 #: a buffered sample's time, the integer ms the core wrote (the sort key of a GPU's buffer)
 sample_time = itemgetter(0)
 
@@ -49,7 +50,8 @@ def usage(spans: Sequence[tuple[int, int]], eff: Sequence[tuple[int, int, Sample
                 continue
             count += 1
             # a number or None each (the core writes them so); the metric a name or None
-            _, _, act, metric, mem, pw = s
+            v = cast(list[Any], s)
+            act, metric, mem, pw = v[2], v[3], v[4], v[5]
             if act is not None:
                 a = float(act)
                 covered += ov
