@@ -1,0 +1,1 @@
+"""The Intel XPU Manager exporter scraper: ``gpugap produce xpum`` (extra ``xpum``)."""
