@@ -7,6 +7,10 @@ NVML has for a whole GPU. In MIG mode NVML has no utilization at all, so MIG sam
 memory only and say so in ``unsupported``; dcgm-exporter's profiling metrics
 (``gpugap produce dcgm``) are the source for activity per MIG instance.
 
+Each whole GPU's use per pod is measured from its processes (``measured_use``: process
+utilization and memory, PIDs mapped to pods by their cgroups; producers/nvml/processes.py),
+unless GPUGAP_NVML_PROCESS_USE is false.
+
 NVML calls run in a worker thread: they normally take microseconds, but a GPU in trouble can
 block a call for seconds, and the event loop must still publish, flush and stop meanwhile.
 """
