@@ -141,8 +141,8 @@ def xpum_v2_text(states: list[DeviceState]) -> str:
             on = device | {"com_intel_subdevice_id": place}
             for task, value in (("compute-all", busy), ("copy-all", 0.0), ("all", busy)):
                 engine += 1
-                name = {"hw_gpu_task": task, "hw_name": f"engine-{engine}-{task}"}
-                add("hw_gpu_utilization_ratio", on | name, value)
+                group = {"hw_gpu_task": task, "hw_name": f"engine-{engine}-{task}"}
+                add("hw_gpu_utilization_ratio", on | group, value)
             if tiles:  # each tile's own power domain beside the card's
                 tile_power = on | {"hw_name": f"power-{int(place) + 2}"}
                 tile_power |= {"hw_sensor_location": "package"}
