@@ -59,6 +59,11 @@ class NoDriver(Exception):
     """amdsmi cannot start on this machine: the amdgpu driver is not loaded, no permission."""
 
 
+def describe(exc: BaseException) -> str:
+    """An amdsmi exception on one line (its text is "Error code:\n\t<code> | <info>")."""
+    return " ".join(str(exc).split())
+
+
 def na(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().upper() in ("N/A", ""))
 
@@ -130,7 +135,7 @@ class AmdSmiSampler:
             flags = getattr(getattr(self.amdsmi, "AmdSmiInitFlags", None), "INIT_AMD_GPUS", None)
             self._call("amdsmi_init", *(() if flags is None else (flags,)))
         except self.amdsmi.AmdSmiException as exc:
-            raise NoDriver(f"amdsmi_init failed: {exc}") from None
+            raise NoDriver(f"amdsmi_init failed ({describe(exc)})") from None
         self.started = True
         self.discover()
 
@@ -140,7 +145,7 @@ class AmdSmiSampler:
             try:
                 self._call("amdsmi_shut_down")
             except self.amdsmi.AmdSmiException as exc:
-                log.debug("amdsmi_shut_down: %s", exc)
+                log.debug("amdsmi_shut_down: %s", describe(exc))
 
     # --- inventory -----------------------------------------------------------------------
 
@@ -148,7 +153,9 @@ class AmdSmiSampler:
         try:
             handles = list(self._call("amdsmi_get_processor_handles"))
         except self.amdsmi.AmdSmiException as exc:
-            log.warning("amdsmi: cannot list GPUs (%s); keeping the previous inventory", exc)
+            log.warning(
+                "amdsmi: cannot list GPUs (%s); keeping the previous inventory", describe(exc)
+            )
             return
         before = {d.identity: d for d in self.devices}
         found = [d for i, h in enumerate(handles) if (d := self._open(i, h)) is not None]
@@ -178,7 +185,7 @@ class AmdSmiSampler:
             uuid = str(self._call("amdsmi_get_gpu_device_uuid", handle)).strip().lower()
             asic = self._call("amdsmi_get_gpu_asic_info", handle)
         except self.amdsmi.AmdSmiException as exc:
-            log.warning("amdsmi: GPU index %d cannot be opened (%s); skipped", index, exc)
+            log.warning("amdsmi: GPU index %d cannot be opened (%s); skipped", index, describe(exc))
             return None
         bdf = str(self._optional("amdsmi_get_gpu_device_bdf", handle) or "").lower()
         if not _UUID.match(uuid) or not uuid.strip("0-"):
@@ -260,7 +267,7 @@ class AmdSmiSampler:
             if getattr(exc, "err_code", None) == NOT_SUPPORTED:
                 d.not_supported.update(fields)
             else:  # busy, timeout, a GPU in reset: this tick only
-                log.warning("amdsmi: %s %s: %s", d.identity, fn, exc)
+                log.warning("amdsmi: %s %s: %s", d.identity, fn, describe(exc))
                 failed.update(fields)
             return None
 
