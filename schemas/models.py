@@ -89,7 +89,7 @@ class MigInstance(Record):
 
 class DevicePartition(Record):
     """A part of a physical device that is a device of its own, one of ``count`` equal parts:
-    each counts ``1/count`` of its device (docs/architecture.md#gpu-equivalents)."""
+    each counts ``1/count`` of its device (docs/architecture.md#gpu-equivalents-and-identities)."""
 
     parent_uuid: GpuUuid = Field(description="the physical device (AMD-<uuid>, XPU-<uuid>)")
     partition_id: NonNegInt = Field(le=MAX_PARTITIONS - 1)

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, Field, PlainSerializer, Strict, StringConst
 from gpugap.schemas.clock import HOUR_S, MILLISECOND_US
 
 _HEX_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-#: A device's identity, its vendor named by its prefix (docs/architecture.md#device-identity):
+#: A device's identity, its vendor named by its prefix (docs/architecture.md#one-busy-scale):
 #: NVIDIA ``GPU-<uuid>``, ``MIG-<uuid>`` (R470+ drivers) or ``MIG-GPU-<uuid>/<gi>/<ci>`` (older
 #: drivers); AMD ``AMD-<uuid>`` (a GPU, or a compute partition with a UUID of its own: ROCm 7.0
 #: on) or ``AMD-<uuid>/<partition>`` (a partition of the GPU with that UUID); Intel

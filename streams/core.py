@@ -278,17 +278,24 @@ class NodeCore:
                     continue
                 buf.insert(i, row)
                 everything = True  # it trims the next sample's interval, wherever that began
-            a = g.attribution
-            if a is not None and a.pod:
-                holders = [(a.namespace, a.pod)] + [(p.namespace, p.pod) for p in a.shared or ()]
-                for namespace, pod in holders:
-                    pods = s["attrib"].setdefault(f"{namespace or ''}/{pod}", {})
-                    changed = see(pods, u, t, SPAN_GAP_INTERVALS * dt)
-                    if changed is not None and changed < since:
-                        since = changed
+            since = self._see_holders(g, t, dt, since)
         if self._rows:
             self._forget(None if everything else since)
         return self.close()
+
+    def _see_holders(self, g: GpuSample, t: int, dt: int, since: int) -> int:
+        """Note the pods ``g``'s attribution names on it at ``t``; the earliest time from
+        which that changed what the node's rows say (``since`` if from no earlier)."""
+        a = g.attribution
+        if a is None or not a.pod:
+            return since
+        holders = [(a.namespace, a.pod)] + [(p.namespace, p.pod) for p in a.shared or ()]
+        for namespace, pod in holders:
+            pods = self.state["attrib"].setdefault(f"{namespace or ''}/{pod}", {})
+            changed = see(pods, g.uuid, t, SPAN_GAP_INTERVALS * dt)
+            if changed is not None and changed < since:
+                since = changed
+        return since
 
     def _slice(self, u: str, g: GpuSample) -> bool:
         """Note a MIG slice's physical GPU and share (streams.rows counts it by its share);

@@ -1,5 +1,5 @@
-"""A shared GPU split by what each holder's processes measured (pure; docs/architecture.md#
-measured-shares).
+"""A shared GPU split by what each holder's processes measured (pure;
+docs/architecture.md#measured-shares).
 
 Where a sample carries per-holder use (``GpuSample.measured_use``: NVML process utilization,
 dcgm-exporter's per-pod rows, amdsmi's process engine time), each moment of a GPU held by
