@@ -58,6 +58,11 @@ class DeviceState:
     #: AMD compute partition: its id and the mode (CPX, DPX...); None: not partitioned
     partition_id: int | None = None
     partition_mode: str | None = None
+    #: NVIDIA MIG: the slice's GPU instance id and profile (``uuid`` is the slice's own
+    #: ``MIG-`` UUID without its prefix, ``parent_uuid`` its GPU's without ``GPU-``)
+    mig_gi: int | None = None
+    mig_profile: str | None = None
+    parent_uuid: str | None = None
     #: Intel: each tile's busy fraction (the card's busy is their mean)
     tile_busy: tuple[float, ...] | None = None
     #: the pods the device layer says hold it (kubelet pod-resources, exporters' pod labels):
