@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
+from gpugap.producers.prometheus.text import ScrapeError, check_complete, scrape_series
 from gpugap.schemas import Attribution, GpuSample, MigInstance, NodeSample, SharingPod
 from gpugap.schemas.types import (
     GPU_UUID_PATTERN,
@@ -62,15 +62,6 @@ SAMPLE_FIELDS = (
 _WANTED = tuple(FIELDS)
 
 
-class ScrapeError(Exception):
-    """A scrape that yields no valid node sample; ``kind`` is the dead-letter kind."""
-
-    def __init__(self, kind: DeadLetterKind, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
-
-
 @dataclass
 class _Gpu:
     node: str
@@ -100,19 +91,8 @@ def parse_scrape(
     text: str, *, cluster: str, default_node: str, time: datetime, interval_s: float | None
 ) -> list[NodeSample]:
     """One node sample per node found in the scrape (normally one). Raises ScrapeError."""
-    if text and not text.endswith("\n"):  # every line ends in one: the body was cut short
-        raise ScrapeError(DeadLetterKind.MALFORMED, "scrape truncated (no final newline)")
-    # Only the series used here go through the parser (a full scrape has 3-5x more): the
-    # parse is most of a round's CPU time with 100 endpoints.
-    wanted = "".join(line for line in text.splitlines(keepends=True) if line.startswith(_WANTED))
-    try:
-        series = [
-            (s.name, s.labels, s.value)
-            for family in text_string_to_metric_families(wanted)
-            for s in family.samples
-        ]
-    except ValueError as exc:  # prometheus_client's way of saying "not the text format"
-        raise ScrapeError(DeadLetterKind.MALFORMED, f"not Prometheus text format: {exc}") from None
+    check_complete(text)
+    series = scrape_series(text, lambda line: line.startswith(_WANTED))
     try:
         return node_samples(
             series, cluster=cluster, default_node=default_node, time=time, interval_s=interval_s
@@ -120,13 +100,7 @@ def parse_scrape(
     except ScrapeError as exc:
         if exc.kind is not DeadLetterKind.REJECTED:  # REJECTED: no GPU series at all
             raise
-        try:  # nothing of ours: is the rest valid text format at all? (rare: parse it all)
-            for _ in text_string_to_metric_families(text):
-                pass
-        except ValueError as bad:
-            raise ScrapeError(
-                DeadLetterKind.MALFORMED, f"not Prometheus text format: {bad}"
-            ) from None
+        scrape_series(text)  # nothing of ours: is the rest valid text format at all? (rare)
         raise
 
 
@@ -214,8 +188,9 @@ def _order(g: GpuSample) -> tuple[int, int, str]:
     return (g.index, g.mig.gpu_instance_id if g.mig else -1, g.uuid)
 
 
-def _attribution(pods: set[tuple[str, str, str]], job: str | None) -> Attribution:
-    """The first pod in (namespace, pod, container) order, the other pods as ``shared``."""
+def pods_attribution(pods: set[tuple[str, str, str]], job: str | None) -> Attribution:
+    """The first pod in (namespace, pod, container) order, the other pods as ``shared``
+    (shared with the other exporter scrapers: one rule for a GPU several pods hold)."""
     who = sorted(pods)
     if not who:
         return Attribution(slurm_job_id=job)
@@ -269,7 +244,7 @@ def _sample(g: _Gpu) -> GpuSample:
         )
         uuid = f"MIG-{g.uuid}/{g.gi}/0"
     job = labels.get("hpc_job") or None
-    attribution = _attribution(g.pods, job) if g.pods or job else None
+    attribution = pods_attribution(g.pods, job) if g.pods or job else None
     return GpuSample(
         uuid=uuid,
         index=g.index,

@@ -1,172 +1,49 @@
 """``gpugap produce dcgm``: scrape dcgm-exporter endpoints into node samples.
 
-Every round scrapes all endpoints at once (aiohttp, one connection pool, a total timeout per
-scrape), parses each answer with prometheus_client's parser (``producers/dcgm/parse.py``)
-and publishes one ``NodeSample`` per node. An endpoint that is down, slow or answers an error
-status costs only its own sample: it is logged when it goes down and when it comes back.
-A scrape that arrives but cannot be used (not the text format, a value out of range, no DCGM
-series) becomes a ``DeadLetter`` on ``dead-letter.v1`` carrying the body, plus a log line.
+The scrape loop (all endpoints at once, bounded bodies, an endpoint down costs only its
+sample, an unusable scrape -> one dead letter with the body) is the exporters' shared one
+(``producers/prometheus/scrape.py``); this module only names dcgm-exporter and hands each
+scrape to ``producers/dcgm/parse.py``.
 
 Read-only: plain GETs of ``/metrics``, nothing else.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import logging
-from collections import Counter
-from collections.abc import Iterable
-from typing import Any, ClassVar
-from urllib.parse import urlsplit
-
-import aiohttp
+from collections.abc import Sequence
+from typing import ClassVar
 
 from gpugap.groundfloor.settings import Settings
-from gpugap.producers.base import Producer
-from gpugap.producers.dcgm.parse import ScrapeError, parse_scrape
+from gpugap.producers.dcgm.parse import parse_scrape
 from gpugap.producers.dcgm.settings import DcgmSettings
-from gpugap.schemas import DeadLetter, Record, Topic, utc_now
-from gpugap.schemas.errors import ConfigError
-from gpugap.schemas.topics import DEAD_LETTER, SAMPLES
-from gpugap.schemas.types import DeadLetterKind
+from gpugap.producers.prometheus import scrape
+from gpugap.producers.prometheus.scrape import DEAD_LETTER_BODY, ScrapeProducer
+from gpugap.schemas import NodeSample, utc_now
 
-log = logging.getLogger(__name__)
+__all__ = ["DEAD_LETTER_BODY", "DcgmProducer", "endpoint_url"]
 
-#: the most of a bad scrape kept in its dead letter (a Kafka message has ~1 MiB, base64 4/3)
-DEAD_LETTER_BODY = 512 << 10
-
-
-class _Unreachable(Exception):
-    pass
+EXAMPLE = "http://node-1:9400/metrics"
 
 
 def endpoint_url(text: str) -> str:
     """'host:9400' -> 'http://host:9400/metrics'; a full URL is kept as given."""
-    url = text.strip()
-    if "://" not in url:
-        url = "http://" + url
-    parts = urlsplit(url)
-    if not parts.hostname:
-        raise ConfigError(f"dcgm: {text!r} is not an endpoint (expected http://host:9400/metrics)")
-    return url if parts.path not in ("", "/") else url.rstrip("/") + "/metrics"
+    return scrape.endpoint_url(text, "dcgm", EXAMPLE)
 
 
-class DcgmProducer(Producer):
+class DcgmProducer(ScrapeProducer):
     name: ClassVar[str] = "dcgm"
+    exporter: ClassVar[str] = "dcgm-exporter"
+    example_endpoint: ClassVar[str] = EXAMPLE
+    env_prefix: ClassVar[str] = "GPUGAP_DCGM_"
 
     def __init__(self, settings: Settings, config: DcgmSettings | None = None) -> None:
-        super().__init__(settings)
-        self.cfg = cfg = config or DcgmSettings()
-        if not cfg.endpoints:
-            raise ConfigError(
-                "dcgm: no endpoint to scrape: pass --endpoint URL (repeat it for more) or set "
-                "GPUGAP_DCGM_ENDPOINTS=http://node-1:9400/metrics,..."
-            )
-        self.endpoints = list(dict.fromkeys(endpoint_url(e) for e in cfg.endpoints))
-        self.cluster = cfg.cluster or settings.cluster
-        self.interval_s = cfg.interval_s
-        self.counts: Counter[str] = Counter()
-        self.last_round_s = 0.0
-        self._session: aiohttp.ClientSession | None = None
-        self._trouble: dict[str, str] = {}  # endpoint -> what was last logged about it
+        super().__init__(settings, config or DcgmSettings())
 
-    @classmethod
-    def default_topic(cls) -> Topic[Any]:
-        return SAMPLES
-
-    async def emit(self, record: Record, topic: Topic[Any] | None = None) -> None:
-        # poll() hands back samples and dead letters together; each goes to its own topic
-        await super().emit(record, DEAD_LETTER if isinstance(record, DeadLetter) else topic)
-
-    def _open(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.cfg.max_concurrency),
-                timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s),
-                headers={"Accept": "text/plain;version=0.0.4"},
-            )
-        return self._session
-
-    async def poll(self) -> Iterable[Record]:
-        session = self._open()
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        rounds = await asyncio.gather(*(self._scrape(session, url) for url in self.endpoints))
-        self.last_round_s = loop.time() - started
-        return [record for records in rounds for record in records]
-
-    async def _scrape(self, session: aiohttp.ClientSession, url: str) -> list[Record]:
-        try:
-            body = await self._fetch(session, url)
-        except (aiohttp.ClientError, TimeoutError, _Unreachable) as exc:
-            self.counts["unreachable"] += 1
-            self._say(url, f"unreachable: {str(exc) or type(exc).__name__}")
-            return []
-        try:
-            samples = parse_scrape(
-                body.decode("utf-8"),
-                cluster=self.cluster,
-                default_node=urlsplit(url).hostname or url,
-                time=utc_now(),
-                interval_s=float(self.interval_s),
-            )
-        except UnicodeDecodeError as exc:
-            return [self._dead_letter(url, body, DeadLetterKind.MALFORMED, f"not UTF-8: {exc}")]
-        except ScrapeError as exc:
-            return [self._dead_letter(url, body, exc.kind, exc.reason)]
-        except Exception as exc:  # a bug of ours on odd input: keep the body, keep going
-            log.exception("dcgm: %s: cannot map this scrape", url)
-            reason = f"cannot map the scrape ({type(exc).__name__}: {exc})"
-            return [self._dead_letter(url, body, DeadLetterKind.REJECTED, reason)]
-        self.counts["scraped"] += 1
-        self._say(url, "")
-        return list(samples)
-
-    async def _fetch(self, session: aiohttp.ClientSession, url: str) -> bytes:
-        limit = self.cfg.max_body_bytes
-        async with session.get(url) as resp:
-            if resp.status != 200:
-                raise _Unreachable(f"HTTP {resp.status}")
-            if resp.content_length is not None and resp.content_length > limit:
-                raise _Unreachable(f"scrape of {resp.content_length} bytes > {limit}")
-            chunks, size = [], 0
-            async for chunk in resp.content.iter_chunked(1 << 16):
-                size += len(chunk)
-                if size > limit:
-                    raise _Unreachable(f"scrape larger than {limit} bytes")
-                chunks.append(chunk)
-            return b"".join(chunks)
-
-    def _dead_letter(self, url: str, body: bytes, kind: DeadLetterKind, reason: str) -> DeadLetter:
-        self.counts["dead_lettered"] += 1
-        kept = body[:DEAD_LETTER_BODY]
-        if len(kept) < len(body):
-            reason += f" (body cut to its first {len(kept)} of {len(body)} bytes)"
-        self._say(url, f"scrape refused ({kind.value}): {reason}")
-        return DeadLetter(
+    def parse(self, text: str, default_node: str) -> Sequence[NodeSample]:
+        return parse_scrape(
+            text,
+            cluster=self.cluster,
+            default_node=default_node,
             time=utc_now(),
-            source_topic=SAMPLES.name,
-            key_b64=base64.b64encode(url.encode()).decode(),
-            value_b64=base64.b64encode(kept).decode(),
-            kind=kind,
-            reason=f"dcgm-exporter {url}: {reason}"[:4000],
-            consumer="producer-dcgm",
+            interval_s=float(self.interval_s),
         )
-
-    def _say(self, url: str, trouble: str) -> None:
-        """Log a change of an endpoint's state, once (a dead node is not news every round)."""
-        before = self._trouble.get(url, "")
-        if trouble == before:
-            return
-        if trouble:
-            log.warning("dcgm: %s %s", url, trouble)
-            self._trouble[url] = trouble
-        else:
-            log.warning("dcgm: %s is back", url)
-            del self._trouble[url]
-
-    async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()

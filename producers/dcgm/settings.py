@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings
-
-from gpugap.groundfloor.settings import CommaList, comma_list, env_config
+from gpugap.groundfloor.settings import env_config
+from gpugap.producers.prometheus.settings import ScrapeSettings
 
 
-class DcgmSettings(BaseSettings):
-    """The dcgm-exporter scraper (``gpugap produce dcgm``)."""
+class DcgmSettings(ScrapeSettings):
+    """The dcgm-exporter scraper (``gpugap produce dcgm``): endpoints are dcgm-exporter
+    /metrics URLs."""
 
     model_config = env_config("GPUGAP_DCGM_")
-
-    endpoints: CommaList = Field(default_factory=list, description="dcgm-exporter /metrics URLs")
-    cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
-    interval_s: float = Field(default=15.0, ge=1.0, description="seconds between scrape rounds")
-    timeout_s: float = Field(default=5.0, gt=0, description="per endpoint and scrape")
-    max_concurrency: int = Field(default=100, ge=1, description="scrapes in flight at once")
-    max_body_bytes: int = Field(default=16 << 20, gt=0, description="larger scrapes are refused")
-
-    _lists = field_validator("endpoints", mode="before")(comma_list)
