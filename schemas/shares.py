@@ -35,3 +35,38 @@ def mig_share(profile: str | None, model: str | None = None) -> float | None:
     if not 0 < compute <= int(m.group(2)) <= total:
         return None
     return compute / total
+
+
+# AMD Instinct compute partitions (ROCm docs, conceptual/partition.md; tests/fixtures/amd/
+# NOTES.md section 1): a mode divides a GPU's XCDs (compute dies) into equal partitions. SPX
+# keeps one, DPX makes 2, TPX 3, QPX 4 and CPX one per XCD, so CPX's count is the model's.
+_AMD_MODE_PARTITIONS = {"SPX": 1, "DPX": 2, "TPX": 3, "QPX": 4}
+#: XCDs per model, matched in a market name ("AMD Instinct MI300X OAM", "Aqua Vanjaram
+#: [Instinct MI300X VF]"): MI300A has 6, the MI300X, MI325X and MI350 series 8
+_AMD_XCDS = (
+    (re.compile(r"\bMI300A\b", re.IGNORECASE), 6),
+    (re.compile(r"\bMI3(?:00X|25X|50X|55X)\b", re.IGNORECASE), 8),
+)
+
+
+def amd_xcds_of(model: str | None) -> int | None:
+    """An AMD Instinct model's XCDs, or None for a model not known here."""
+    for pattern, xcds in _AMD_XCDS:
+        if model and pattern.search(model):
+            return xcds
+    return None
+
+
+def amd_partition_count(mode: str | None, model: str | None = None) -> int | None:
+    """How many equal compute partitions an AMD GPU in ``mode`` (``SPX``, ``DPX``, ``TPX``,
+    ``QPX``, ``CPX``; any case) has: each counts 1/count of the GPU. None when it cannot be
+    told: an unknown mode, CPX of a model whose XCDs are not known, or a mode the model's
+    XCDs do not divide into (TPX of an 8-XCD MI300X, QPX of a 6-XCD MI300A)."""
+    name = (mode or "").strip().upper()
+    xcds = amd_xcds_of(model)
+    if name == "CPX":
+        return xcds
+    count = _AMD_MODE_PARTITIONS.get(name)
+    if count is None or (xcds is not None and xcds % count):
+        return None
+    return count
