@@ -15,6 +15,9 @@ Parsing is prometheus_client's own parser; this module only maps DCGM fields and
   pod's labels and a ``vgpu`` label) is one device: the first pod in (namespace, pod,
   container) order is its pod, the other pods its ``shared`` (sorted, one entry per pod with
   its first container, at most MAX_SHARING_PODS), as the NVML agent does from the kubelet.
+- measured use per pod: dcgm-exporter >= 4.8.2 rows labelled ``pod_uid`` carry the pod's own
+  GPU_UTIL and FB_USED (``producers/dcgm/per_pod.py``); the row without pod labels is the
+  device's value.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpugap.producers.dcgm.per_pod import PER_POD_FIELDS, PodRow, add_row, measured_use
 from gpugap.producers.prometheus.text import ScrapeError, check_complete, scrape_series
 from gpugap.schemas import Attribution, GpuSample, MigInstance, NodeSample, SharingPod
 from gpugap.schemas.types import (
@@ -72,6 +76,8 @@ class _Gpu:
     values: dict[str, float] = field(default_factory=dict)
     #: (namespace, pod, container) of every pod a series of this GPU is labelled with
     pods: set[tuple[str, str, str]] = field(default_factory=set)
+    #: pod UID -> its own values (dcgm-exporter >= 4.8.2 per-pod rows)
+    pod_rows: dict[str, PodRow] = field(default_factory=dict)
 
 
 def _label(labels: Mapping[str, str], *names: str) -> str | None:
@@ -139,10 +145,14 @@ def node_samples(
         gpu = gpus.get(key)
         if gpu is None:
             gpu = gpus[key] = _Gpu(node, uuid, index, gi, dict(labels))
-        gpu.values.setdefault(ours, value)  # several hpc_job or pod series: the first
         pod = labels.get("pod") or labels.get("pod_name")
+        ns = labels.get("namespace") or labels.get("pod_namespace") or ""
+        pod_uid = labels.get("pod_uid")
+        if pod_uid and ours in PER_POD_FIELDS:  # the pod's own value, not the device's
+            add_row(gpu.pod_rows, pod_uid, pod=pod, namespace=ns, ours=ours, v=value)
+        else:
+            gpu.values.setdefault(ours, value)  # several hpc_job or pod series: the first
         if pod:
-            ns = labels.get("namespace") or labels.get("pod_namespace") or ""
             gpu.pods.add((ns, pod, labels.get("container") or labels.get("container_name") or ""))
     if not gpus:
         raise ScrapeError(
@@ -252,5 +262,6 @@ def _sample(g: _Gpu) -> GpuSample:
         mig=mig,
         unsupported=tuple(f for f in SAMPLE_FIELDS if f not in out),
         attribution=attribution,
+        measured_use=measured_use(g.pod_rows, v, mig=g.gi is not None),
         **out,
     )
