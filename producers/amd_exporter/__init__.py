@@ -1,0 +1,1 @@
+"""The AMD Device Metrics Exporter scraper: ``gpugap produce amd-exporter``."""
