@@ -45,6 +45,12 @@ def pod_uid_of_cgroup(text: str) -> str | None:
     return None
 
 
+def pid_visible(pid: int, proc_root: Path = DEFAULT_PROC_ROOT) -> bool:
+    """Whether this agent sees the process: a PID from the driver that is missing here is
+    one that has exited, or one of the host's while the agent has a PID namespace of its own."""
+    return (proc_root / str(int(pid))).is_dir()
+
+
 def pod_uid_of_pid(pid: int, proc_root: Path = DEFAULT_PROC_ROOT) -> str | None:
     """The pod UID of a running process, or None: a process of no pod, one that has exited,
     or one this agent cannot see (another PID namespace)."""

@@ -18,7 +18,9 @@ between processes is exactly that of their summed ``smUtil``; streams use it onl
 PIDs become pods through their cgroups (``producers/kubelet_cgroup.py``). The kubelet's
 PodResources API names pods but not their UIDs, so an entry carries the pod's UID only: its
 identity, the one every allocation is keyed by (``k8s/<cluster>/<uid>``). Processes of no pod
-(or exited, or not visible to this agent) are one entry with no pod: unattributed.
+(or exited since) are one entry with no pod: unattributed. When none of a GPU's processes is
+visible at all, the agent is in a PID namespace of its own (no ``hostPID``): nothing measured,
+one warning.
 
 MIG instances are not read: NVML has no per-process utilization under MIG (the hardware does
 not attribute SM time to PIDs), so their ``measured_use`` stays None.
@@ -34,7 +36,7 @@ from typing import Any
 
 import pynvml
 
-from gpugap.producers.kubelet_cgroup import DEFAULT_PROC_ROOT, pod_uid_of_pid
+from gpugap.producers.kubelet_cgroup import DEFAULT_PROC_ROOT, pid_visible, pod_uid_of_pid
 from gpugap.schemas import MeasuredUse
 from gpugap.schemas.types import MAX_SHARING_PODS
 
@@ -63,6 +65,7 @@ class ProcessUse:
         self.proc_root = proc_root
         self.pod_of = pod_of
         self.last_seen: dict[str, int] = {}  # GPU UUID -> newest timeStamp read (µs)
+        self._said_blind = False
 
     def read(self, uuid: str, handle: Any) -> tuple[MeasuredUse, ...]:
         """The GPU's use per pod since the last read. Raises NotMeasured or NVMLError
@@ -118,6 +121,17 @@ class ProcessUse:
         for pid, _, util in samples:
             sm[pid] += util
         pids = set(sm) | set(memory or {})
+        if pids and not any(pid_visible(pid, self.proc_root) for pid in pids):
+            # not one of them here: the agent's own PID namespace, not processes of no pod
+            if not self._said_blind:
+                log.warning(
+                    "NVML: no GPU process is visible under %s: run the agent with hostPID "
+                    "(or mount the host's /proc, GPUGAP_NVML_PROC_ROOT); no use per pod until "
+                    "then",
+                    self.proc_root,
+                )
+                self._said_blind = True
+            raise NotMeasured("GPU processes not visible")
         busy: dict[str | None, float] = defaultdict(float)
         mib: dict[str | None, float | None] = {}
         for pid in sorted(pids):

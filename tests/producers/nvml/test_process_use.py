@@ -9,6 +9,7 @@ as nvmlDeviceGetComputeRunningProcesses (tests/harness/nvml_processes.py replays
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,7 @@ def test_mig_instances_have_no_process_use(tmp_path: Path) -> None:
 def test_setting_off_reads_no_process(tmp_path: Path) -> None:
     """The cost of the setting: two NVML calls per whole GPU and poll, none when off."""
     fake = FakeNvml({"gpus": [recorded_gpu("h100_load", UUID)]})
+    pods_of(tmp_path, {11327: POD_A, 11328: None, 11345: POD_B})
 
     def calls_of_a_tick(p: NvmlProducer) -> tuple[int, Any]:
         before = fake.calls
@@ -216,6 +218,24 @@ def test_setting_off_reads_no_process(tmp_path: Path) -> None:
         on, measured = calls_of_a_tick(producer(tmp_path))
     assert none is None and measured is not None
     assert on - off == 2
+
+
+def test_processes_not_visible_measure_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without hostPID the driver's PIDs are not in the agent's /proc: that is no measure,
+    not every process being of no pod."""
+    fake = FakeNvml({"gpus": [recorded_gpu("h100_load", UUID)]})
+    with fake.installed(), caplog.at_level(logging.WARNING):
+        p = producer(tmp_path)
+        assert tick(p).gpus[0].measured_use is None
+        assert tick(p).gpus[0].measured_use is None
+    assert sum("hostPID" in r.getMessage() for r in caplog.records) == 1
+    pods_of(tmp_path, {11345: POD_B})  # one visible: the others exited or are of no pod
+    fake.data = {"gpus": [recorded_gpu("h100_load", UUID)]}
+    with fake.installed():
+        use = by_pod(tick(producer(tmp_path)).gpus[0].measured_use)
+    assert set(use) == {POD_B, None}
 
 
 def test_setting_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
