@@ -7,7 +7,8 @@ A pod's request is Kubernetes' effective request (the scheduler's and kubelet's 
 ``k8s.io/component-helpers/resource.PodRequests``): the larger of the app containers plus the
 restartable (sidecar) init containers and each ordinary init container plus the sidecars
 started before it, plus ``spec.overhead``. GPUs count in physical-GPU equivalents: a MIG
-slice is its share of its GPU (``schemas.shares``).
+slice is its share of its GPU (``schemas.shares``), an AMD compute partition its share of its
+GPU (``gpu_resources.amd_partition_share``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from datetime import datetime
 from typing import Any
 
 from gpugap.producers.kubernetes.bounds import Rejected
-from gpugap.producers.kubernetes.poll_settings import MIG_PREFIX
+from gpugap.producers.kubernetes.gpu_resources import (
+    AMD_GPU,
+    AMD_PARTITION_RESOURCES,
+    MIG_PREFIX,
+    MODEL_LABELS,
+    NVIDIA_GPU,
+    amd_partition_share,
+)
 from gpugap.producers.kubernetes.resources import MAX_CONTAINERS
 from gpugap.schemas.models import NodeAllocation, NodeCapacity, k8s_allocation_id
 from gpugap.schemas.shares import mig_share
@@ -64,24 +72,30 @@ class GpuShares:
 
     names: frozenset[str]
     prefixes: tuple[str, ...]
-    model_label: str = "nvidia.com/gpu.product"
+    model_labels: tuple[str, ...] = MODEL_LABELS
 
     @classmethod
-    def of(cls, names: Collection[str], prefixes: Collection[str], model_label: str) -> GpuShares:
-        return cls(frozenset(names), tuple(prefixes), model_label)
+    def of(
+        cls, names: Collection[str], prefixes: Collection[str], model_labels: Sequence[str]
+    ) -> GpuShares:
+        return cls(frozenset(names), tuple(prefixes), tuple(model_labels))
 
     def is_gpu(self, resource: str) -> bool:
         return resource in self.names or resource.startswith(self.prefixes)
 
+    def model(self, node_labels: Obj) -> str | None:
+        return first_label(node_labels, self.model_labels)
+
     def per_unit(self, resource: str, node_labels: Obj) -> float:
-        model = node_labels.get(self.model_label)
-        model = model if isinstance(model, str) else None
+        model = self.model(node_labels)
+        if resource == AMD_GPU or resource in AMD_PARTITION_RESOURCES:
+            return amd_partition_share(resource, dict(node_labels), model)
         for prefix in self.prefixes:
             if resource.startswith(prefix):
                 # a MIG profile's share of its GPU; another prefix's unit counts as one GPU
                 share = mig_share(resource[len(prefix) :], model) if prefix == MIG_PREFIX else None
                 return share if share is not None else 1.0
-        if resource == "nvidia.com/gpu" and node_labels.get(MIG_STRATEGY_LABEL) == "single":
+        if resource == NVIDIA_GPU and node_labels.get(MIG_STRATEGY_LABEL) == "single":
             m = _SINGLE_MIG_PRODUCT.search(model or "")
             share = mig_share(m.group(1), model) if m else None
             return share if share is not None else 1.0
@@ -206,7 +220,7 @@ def node_capacity(
         key=lambda a: (-a.gpus, -a.cpus, -a.memory_mib, a.allocation_id),
     )
     kept, left_out = allocations[:MAX_ALLOCATIONS_PER_NODE], allocations[MAX_ALLOCATIONS_PER_NODE:]
-    model = labels.get(shares.model_label)
+    model = shares.model(labels)
     record = NodeCapacity(
         cluster=cluster,
         node=str(meta.get("name")),
@@ -215,7 +229,7 @@ def node_capacity(
         scheduler=Scheduler.KUBERNETES,
         source="kubernetes",
         pool=first_label(labels, pool_labels),
-        gpu_model=model if isinstance(model, str) and model else None,
+        gpu_model=model,
         gpus=gpus,
         cpus=allocatable.get("cpu", 0.0),
         memory_mib=allocatable.get("memory", 0.0) / MIB,

@@ -7,15 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings
 
 from gpugap.groundfloor.settings import CommaList, comma_list, env_config
+from gpugap.producers.kubernetes.gpu_resources import MODEL_LABELS, GpuResourceSettings
 from gpugap.schemas.types import MAX_INTERVAL_S
 
-#: the device plugins' extended resources for whole GPUs (NVIDIA, AMD, Intel i915 and Xe)
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe")
-#: NVIDIA's device plugin, MIG "mixed" strategy: one resource per profile
-MIG_PREFIX = "nvidia.com/mig-"
 #: node labels that name a node pool, first present wins (GKE, EKS, AKS, Karpenter, then the
 #: instance type, which at least groups identical machines)
 POOL_LABELS = (
@@ -27,7 +23,7 @@ POOL_LABELS = (
 )
 
 
-class _PolledKubernetes(BaseSettings):
+class _PolledKubernetes(GpuResourceSettings):
     kubeconfig: Path | None = Field(default=None, description="default: in-cluster, KUBECONFIG")
     context: str | None = None
     cluster: str | None = Field(default=None, description="cluster name (default GPUGAP_CLUSTER)")
@@ -35,10 +31,6 @@ class _PolledKubernetes(BaseSettings):
     connect_timeout_s: float = Field(default=10.0, gt=0)
     request_timeout_s: float = Field(default=60.0, gt=0)
     page_size: int = Field(default=500, ge=1, le=10_000, description="objects per list page")
-    gpu_resources: CommaList = Field(default_factory=lambda: list(GPU_RESOURCES))
-    gpu_resource_prefixes: CommaList = Field(default_factory=lambda: [MIG_PREFIX])
-
-    _lists = field_validator("gpu_resources", "gpu_resource_prefixes", mode="before")(comma_list)
 
 
 class CapacitySettings(_PolledKubernetes):
@@ -47,12 +39,16 @@ class CapacitySettings(_PolledKubernetes):
     model_config = env_config("GPUGAP_K8S_CAPACITY_")
 
     pool_labels: CommaList = Field(default_factory=lambda: list(POOL_LABELS))
-    gpu_model_label: str = "nvidia.com/gpu.product"
+    #: singular for the settings written before AMD's label: one label or a list
+    gpu_model_label: CommaList = Field(
+        default_factory=lambda: list(MODEL_LABELS),
+        description="node labels naming the GPU model, first present wins",
+    )
     #: a list this long is cut there (logged as an error): memory stays bounded on any cluster
     max_nodes: int = Field(default=20_000, ge=1, description="nodes read per poll")
     max_pods: int = Field(default=500_000, ge=1, description="pods read per poll")
 
-    _more = field_validator("pool_labels", mode="before")(comma_list)
+    _more = field_validator("pool_labels", "gpu_model_label", mode="before")(comma_list)
 
 
 class QueueSettings(_PolledKubernetes):

@@ -69,7 +69,7 @@ class QueuesProducer(Producer):
         self.cfg = config or QueueSettings()
         self.cluster = self.cfg.cluster or settings.cluster
         self.interval_s = self.cfg.interval_s
-        self.shares = GpuShares.of(self.cfg.gpu_resources, self.cfg.gpu_resource_prefixes, "")
+        self.shares = GpuShares.of(self.cfg.gpu_resources, self.cfg.gpu_resource_prefixes, ())
         self.api: ReadOnlyApi | None = None
         self.dead_letters = 0
         self.skipped_polls = 0

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings
 
 from gpugap.groundfloor.classify import CLASS_LABEL, ClassRule
 from gpugap.groundfloor.settings import CommaList, comma_list, env_config
+from gpugap.producers.kubernetes.gpu_resources import GpuResourceSettings
 
 
-class KubernetesSettings(BaseSettings):
+class KubernetesSettings(GpuResourceSettings):
     """The Kubernetes pod producer (``gpugap produce kubernetes``)."""
 
     model_config = env_config("GPUGAP_K8S_")
@@ -28,8 +28,6 @@ class KubernetesSettings(BaseSettings):
     page_size: int = Field(default=500, ge=1, description="pods per list page")
     backoff_initial_s: float = Field(default=0.2, gt=0)
     backoff_max_s: float = Field(default=30.0, gt=0)
-    gpu_resources: CommaList = Field(default_factory=lambda: ["nvidia.com/gpu"])
-    gpu_resource_prefixes: CommaList = Field(default_factory=lambda: ["nvidia.com/mig-"])
     owner_labels: CommaList = Field(
         default_factory=lambda: [
             "gpugap.io/owner",
@@ -56,6 +54,5 @@ class KubernetesSettings(BaseSettings):
     )
 
     _lists = field_validator(
-        "namespaces", "gpu_resources", "gpu_resource_prefixes", "owner_labels", "team_labels",
-        "carry_labels", mode="before",
+        "namespaces", "owner_labels", "team_labels", "carry_labels", mode="before",
     )(comma_list)  # fmt: skip

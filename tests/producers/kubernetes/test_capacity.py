@@ -25,12 +25,8 @@ from gpugap.producers.kubernetes.capacity import (
     schedulable,
 )
 from gpugap.producers.kubernetes.capacity_producer import CapacityProducer
-from gpugap.producers.kubernetes.poll_settings import (
-    GPU_RESOURCES,
-    MIG_PREFIX,
-    POOL_LABELS,
-    CapacitySettings,
-)
+from gpugap.producers.kubernetes.gpu_resources import GPU_RESOURCES, MIG_PREFIX, MODEL_LABELS
+from gpugap.producers.kubernetes.poll_settings import POOL_LABELS, CapacitySettings
 from gpugap.schemas import decode
 from gpugap.schemas.errors import FatalError
 from gpugap.schemas.models import NodeAllocation, NodeCapacity
@@ -39,7 +35,7 @@ from gpugap.schemas.types import MAX_ALLOCATIONS_PER_NODE
 from tests.harness.capture import Capture
 from tests.harness.kube_apiserver import ApiError, KubeApiServer
 
-SHARES = GpuShares.of(GPU_RESOURCES, [MIG_PREFIX], "nvidia.com/gpu.product")
+SHARES = GpuShares.of(GPU_RESOURCES, [MIG_PREFIX], MODEL_LABELS)
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 MIB = 2**20
 READY = [{"type": "Ready", "status": "True"}]
@@ -365,3 +361,47 @@ def test_a_role_without_nodes_stops_it_naming_the_rule(
     caplog.set_level(logging.ERROR)
     with pytest.raises(FatalError, match=r'apiGroups: \[""\], resources: \[nodes\]'):
         _run(kube, tmp_path / "nobody", token=token["status"]["token"])
+
+
+@pytest.mark.kube
+@pytest.mark.timeout(1800)
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_amd_intel_and_gaudi_nodes_from_a_real_apiserver(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    """Other vendors' nodes, as their device plugins and labellers report them: an MI300X node
+    in CPX-NPS4 under AMD's "single" naming (64 ``amd.com/gpu``, the partition mode in the
+    labeller's label) and one mixing modes under "mixed" naming (5 SPX + 24 CPX partitions of
+    3 GPUs), an Intel Max node (with the monitoring and GAS resources beside its GPUs, not
+    devices), a Gaudi node. GPUs count in physical GPUs: a partition its share."""
+    _ensure(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    mi300x = {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}
+    _node(kube, "cap-v-cpx", {**mi300x, "amd.com/compute-memory-partition": "cpx_nps4"},
+          {"cpu": "192", "memory": "2Ti", "amd.com/gpu": "64"})  # fmt: skip
+    _node(kube, "cap-v-mixed", mi300x, {"cpu": "192", "memory": "2Ti",
+          "amd.com/spx_nps1": "5", "amd.com/cpx_nps1": "24"})  # fmt: skip
+    _node(kube, "cap-v-max", {}, {"cpu": "112", "memory": "1Ti", "gpu.intel.com/i915": "4",
+          "gpu.intel.com/i915_monitoring": "1", "gpu.intel.com/millicores": "4000"})  # fmt: skip
+    _node(kube, "cap-v-gaudi", {}, {"cpu": "160", "memory": "1Ti", "habana.ai/gaudi": "8"})
+    cpx = _pod(kube, "v-cpx", "cap-v-cpx", {"containers": _containers(("m", {"amd.com/gpu": "2"}))})
+    mixed = _pod(kube, "v-mixed", "cap-v-mixed",
+                 {"containers": _containers(("m", {"amd.com/cpx_nps1": "1"}))})  # fmt: skip
+    xpu = _pod(kube, "v-max", "cap-v-max", {"containers": _containers(
+        ("m", {"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "1000"}),
+        ("monitor", {"gpu.intel.com/i915_monitoring": "1"}))})  # fmt: skip
+
+    out = _run(kube, tmp_path / "cap")
+    records = {r.node: r for m in out.messages if m[0] == NODE_CAPACITY.name
+               if (r := decode(NODE_CAPACITY, m[2])).node.startswith("cap-v-")}  # fmt: skip
+    assert {n: (r.gpus, r.gpu_model) for n, r in records.items()} == {
+        "cap-v-cpx": (pytest.approx(8.0), "AMD_Instinct_MI300X_OAM"),
+        "cap-v-mixed": (pytest.approx(5 + 24 / 8), "AMD_Instinct_MI300X_OAM"),
+        "cap-v-max": (4.0, None),
+        "cap-v-gaudi": (8.0, None),
+    }
+    held = {a.allocation_id: a.gpus for r in records.values() for a in r.allocations}
+    assert held == {
+        f"k8s/real/{cpx}": pytest.approx(2 / 8),
+        f"k8s/real/{mixed}": pytest.approx(1 / 8),
+        f"k8s/real/{xpu}": 1.0,
+    }

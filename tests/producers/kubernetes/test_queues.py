@@ -18,7 +18,8 @@ from gpugap.groundfloor.settings import Settings
 from gpugap.producers import run_producer
 from gpugap.producers.kubernetes import queues_producer
 from gpugap.producers.kubernetes.capacity import GpuShares
-from gpugap.producers.kubernetes.poll_settings import GPU_RESOURCES, MIG_PREFIX, QueueSettings
+from gpugap.producers.kubernetes.gpu_resources import GPU_RESOURCES, MIG_PREFIX
+from gpugap.producers.kubernetes.poll_settings import QueueSettings
 from gpugap.producers.kubernetes.queues import (
     Poll,
     kai_queue,
@@ -37,7 +38,7 @@ from tests.harness.kube_apiserver import ApiError, KubeApiServer
 
 GPU = "nvidia.com/gpu"
 POLL = Poll("c1", datetime(2026, 3, 1, 12, 0, tzinfo=UTC), 60.0,
-            GpuShares.of(GPU_RESOURCES, [MIG_PREFIX], ""))  # fmt: skip
+            GpuShares.of(GPU_RESOURCES, [MIG_PREFIX], ()))  # fmt: skip
 Row = tuple[str, str | None, str, str | None, str]
 
 

@@ -657,6 +657,43 @@ def test_lifecycles_owners_gangs_mig_and_hostile_metadata(world: World, tmp_path
     }
 
 
+def test_amd_intel_and_gaudi_devices_are_held_as_nvidia_gpus_are(
+    world: World, tmp_path: Path
+) -> None:
+    """With the default resource list, pods asking for AMD (whole GPUs, and partitions under
+    the device plugin's "mixed" naming), Intel (i915 and xe drivers) and Gaudi devices are
+    GPU pods like an ``nvidia.com/gpu`` one: as many devices as requested, the resource named.
+    Intel's monitoring resource is not a device (it opens every GPU of the node for a
+    monitoring agent): a pod asking only for it yields nothing."""
+    w, kube = world, world.kube
+    asks = {
+        "mi300x": ("amd.com/gpu", 8),
+        "mi300x-cpx": ("amd.com/cpx_nps4", 2),
+        "max-i915": ("gpu.intel.com/i915", 2),
+        "max-xe": ("gpu.intel.com/xe", 1),
+        "gaudi": ("habana.ai/gaudi", 8),
+        "nvidia": (GPU, 1),
+    }
+
+    async def go() -> list[K8sPodEvent]:
+        async with Producer(kube, tmp_path / "out.jsonl", namespaces=[w.ns]) as run:
+            for name, (resource, n) in asks.items():
+                w.pod(name, gpus=n, resource=resource, gpu_resource=resource)
+                w.bind(name, "gpu-a100-01")
+                w.running(name)
+            w.pod("xpu-monitor", gpus=1, resource="gpu.intel.com/i915_monitoring")
+            w.expect["xpu-monitor"] = {}  # not a device: no event, ever
+            w.bind("xpu-monitor", "gpu-a100-01")
+            w.running("xpu-monitor")
+            await run.synced()
+            return run.events()
+
+    kinds = check(w, asyncio.run(go()), exact_rv=False)
+    assert {name: kinds[name] for name in asks} == {n: ["bound", "running"] for n in asks}
+    assert "xpu-monitor" not in kinds
+    assert not read_dead_letters(tmp_path / "out.jsonl")
+
+
 def test_the_producers_identity_may_not_write(world: World) -> None:
     """The shipped ClusterRole: reads pods and owners; every write, and anything else, is 403."""
     kube = world.kube
