@@ -19,8 +19,10 @@ What each series gives the object (kube-state-metrics v2 names; every series has
 
 kube-state-metrics writes label keys and resource names as Prometheus label names (every
 character outside ``[a-zA-Z0-9_]`` becomes ``_``): a label key is recognised only when it is
-one gpugap reads (class, owner, team, gang keys, carried labels), and ``nvidia_com_gpu`` /
-``nvidia_com_mig_1g_10gb`` are read back as ``nvidia.com/gpu`` / ``nvidia.com/mig-1g.10gb``.
+one gpugap reads (class, owner, team, gang keys, carried labels), and a resource only when
+it is one of the configured GPU resources (``gpu_intel_com_i915`` -> ``gpu.intel.com/i915``,
+``amd_com_cpx_nps4`` -> ``amd.com/cpx_nps4``) or a MIG profile (``nvidia_com_mig_1g_10gb`` ->
+``nvidia.com/mig-1g.10gb``).
 A pod owned by a Job is taken as ``restartPolicy: Never`` (kube-state-metrics does not
 export it), any other as ``Always``, the Kubernetes default.
 """
@@ -81,9 +83,15 @@ GANG_KEYS = (
 _MIG = re.compile(r"^nvidia_com_mig_(\d+c_)?(\d+g)_(\d+gb)$")
 
 
+def prom_name(name: str) -> str:
+    """A name as a Prometheus label name or value kube-state-metrics writes (invalid chars
+    ``_``): ``gpu.intel.com/i915`` -> ``gpu_intel_com_i915``."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
 def sanitize(key: str) -> str:
     """A label key as kube-state-metrics names it (``label_<key>``, invalid chars ``_``)."""
-    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+    return "label_" + prom_name(key)
 
 
 def label_keys(keys: Iterable[str], carry: Iterable[str]) -> tuple[dict[str, str], list[str]]:
@@ -94,15 +102,22 @@ def label_keys(keys: Iterable[str], carry: Iterable[str]) -> tuple[dict[str, str
     return exact, prefixes
 
 
-def resource_name(value: str) -> str:
-    """``nvidia_com_gpu`` -> ``nvidia.com/gpu``; ``nvidia_com_mig_1g_10gb`` -> MIG's name."""
-    if value == "nvidia_com_gpu":
-        return "nvidia.com/gpu"
+def resource_names(names: Iterable[str]) -> dict[str, str]:
+    """kube-state-metrics' name of each GPU resource -> the resource (``amd_com_gpu`` ->
+    ``amd.com/gpu``)."""
+    return {prom_name(name): name for name in names}
+
+
+def resource_name(value: str, known: Mapping[str, str]) -> str:
+    """A ``resource`` label back to its resource: a known GPU resource, a MIG profile
+    (``nvidia_com_mig_1g_10gb`` -> ``nvidia.com/mig-1g.10gb``), else the label as it is
+    (``cpu``, ``memory``: never a GPU)."""
+    if value in known:
+        return known[value]
     m = _MIG.match(value)
     if m:
         return f"nvidia.com/mig-{(m.group(1) or '').replace('_', '.')}{m.group(2)}.{m.group(3)}"
-    parts = value.split("_", 2)  # <vendor>_<tld>_<name>: amd_com_gpu -> amd.com/gpu
-    return f"{parts[0]}.{parts[1]}/{parts[2]}" if len(parts) == 3 else value
+    return value
 
 
 def _iso(epoch_s: float) -> str:
@@ -125,7 +140,9 @@ class PodView:
         found = self.by.get(what)
         return found[0] if found else None
 
-    def pod(self, exact: Mapping[str, str], prefixes: list[str]) -> dict[str, Any] | None:
+    def pod(
+        self, exact: Mapping[str, str], prefixes: list[str], resources: Mapping[str, str]
+    ) -> dict[str, Any] | None:
         """The pod object, or None when ``kube_pod_info`` does not show the pod (gone)."""
         info = self.first("info")
         if info is None:
@@ -155,8 +172,8 @@ class PodView:
         spec = {
             "nodeName": labels.get("node") or None,
             "restartPolicy": "Never" if job else "Always",
-            "containers": self._containers("requests"),
-            "initContainers": self._containers("init_requests"),
+            "containers": self._containers("requests", resources),
+            "initContainers": self._containers("init_requests", resources),
         }
         return {"metadata": meta, "spec": spec, "status": self._status()}
 
@@ -172,14 +189,14 @@ class PodView:
                     out[prefix + k[len(sanitize(prefix)) :]] = v
         return out
 
-    def _containers(self, what: str) -> list[dict[str, Any]]:
+    def _containers(self, what: str, resources: Mapping[str, str]) -> list[dict[str, Any]]:
         by_name: dict[str, dict[str, int]] = {}
         for labels, value in self.by.get(what, ()):
             if labels.get("unit", "integer") == "integer" and value > 0:
                 name = labels.get("container", "")
-                by_name.setdefault(name, {})[resource_name(labels.get("resource", ""))] = round(
-                    value
-                )
+                by_name.setdefault(name, {})[
+                    resource_name(labels.get("resource", ""), resources)
+                ] = round(value)
         return [{"name": n, "resources": {"requests": r}} for n, r in by_name.items()]
 
     def _status(self) -> dict[str, Any]:

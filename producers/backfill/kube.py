@@ -32,7 +32,7 @@ from gpugap.producers.kubernetes.tracker import Tracker
 from gpugap.schemas import Topic
 from gpugap.schemas.topics import DEAD_LETTER, K8S_PODS
 
-from .ksm import SERIES, PodView, label_keys
+from .ksm import SERIES, PodView, label_keys, prom_name, resource_names
 from .plan import Chunk
 from .promql import PromClient, Series
 from .runner import Backfill, Published
@@ -60,7 +60,13 @@ class KubeStateHistory(Backfill):
         self.step_ms = round(config.scrape_interval_s * 1000)
         extra = f",{config.matchers.strip()}" if config.matchers.strip() else ""
         self.matchers = extra
-        gpu = '{resource=~"nvidia_com_.*"' + extra + "}"
+        self.resources = resource_names(k8s.gpu_resources)
+        # the configured resources exactly, the prefixes (MIG profiles) as prefixes
+        wanted = [
+            *self.resources,
+            *(prom_name(p) + ".*" for p in k8s.gpu_resource_prefixes),
+        ]
+        gpu = '{resource=~"' + "|".join(wanted) + '"' + extra + "}"
         self.gpu_pods = (
             f"(kube_pod_container_resource_requests{gpu} > 0 or "
             f"kube_pod_init_container_resource_requests{gpu} > 0)"
@@ -148,7 +154,7 @@ class KubeStateHistory(Backfill):
             self._now = datetime.fromtimestamp(t / 1000, UTC)
             present = set()
             for uid, view in sorted(views[t].items()):
-                pod = view.pod(self.exact, self.prefixes)
+                pod = view.pod(self.exact, self.prefixes, self.resources)
                 if pod is None:
                     continue
                 present.add(uid)
