@@ -9,8 +9,9 @@ tests/fixtures/nvidia_process/dcgm_exporter_mps_a100_pre594_pr432.prom). Only
 ``DCGM_FI_DEV_GPU_UTIL`` (sum of the pod's PIDs' smUtil %) and ``DCGM_FI_DEV_FB_USED`` (sum of
 their MiB, each truncated) are the pod's own; every other field is the device's value copied.
 A pod with no process gets ``0``, processes of no holding pod are dropped from the pod rows
-(the device row still counts them). On a MIG instance (``mig``) there is no per-process SM
-time: GPU_UTIL is ``0`` in the device row and in every pod row.
+(the device row still counts them). A MIG slice (DeviceState.mig_gi) is labelled with its
+parent's UUID, GPU_I_ID and GPU_I_PROFILE; there is no per-process SM time under MIG, so its
+GPU_UTIL is ``0`` in the device row and in every pod row.
 """
 
 from __future__ import annotations
@@ -63,31 +64,28 @@ def _pod_value(metric: str, s: DeviceState, pod_uid: str, mig: bool) -> str:
 def render(
     states: list[DeviceState],
     *,
-    mig: Mapping[int, tuple[int, str]] | None = None,
     hostname_label: str = "Hostname",
     replicas: Mapping[str, tuple[str, ...]] | None = None,
 ) -> str:
     """The /metrics text of one exporter for these devices.
 
-    ``mig``: DeviceState.index -> (GPU_I_ID, GPU_I_PROFILE) for a device that is a MIG
-    instance. ``hostname_label``: ``hostname`` for exporters after #655. ``replicas``: pod UID
+    ``hostname_label``: ``hostname`` for exporters after #655. ``replicas``: pod UID
     -> the ``vgpu`` ids the device plugin gave it (several: the repeated rows of issue #725);
     by default each holder has one, its position among the holders."""
-    mig = mig or {}
     out: list[str] = []
     for metric, help_text, kind in METRICS:
         out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
         for s in states:
-            instance = mig.get(s.index)
+            instance = s.mig_gi
             device = [
                 ("gpu", str(s.index)),
-                ("UUID", f"GPU-{s.uuid}"),
+                ("UUID", f"GPU-{s.uuid if instance is None else s.parent_uuid}"),
                 ("pci_bus_id", s.pci_bdf or f"00000000:{s.index + 7:02x}:00.0"),
                 ("device", f"nvidia{s.index}"),
                 ("modelName", s.model),
             ]
             if instance is not None:
-                device += [("GPU_I_PROFILE", instance[1]), ("GPU_I_ID", str(instance[0]))]
+                device += [("GPU_I_PROFILE", s.mig_profile or ""), ("GPU_I_ID", str(instance))]
             device += [(hostname_label, s.node), ("DCGM_FI_DRIVER_VERSION", "590.48.01")]
             value = _device_values(s, instance is not None)[metric]
             out.append(f"{metric}{{{_labels(device)}}} {value}")

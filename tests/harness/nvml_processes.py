@@ -109,40 +109,95 @@ def recorded_gpu(
     return gpu
 
 
+def _memory(used_mib: float, total_mib: float) -> dict[str, int]:
+    return {
+        "used": round(used_mib * MIB),
+        "total": round(total_mib * MIB),
+        "free": round((total_mib - used_mib) * MIB),
+    }
+
+
+def _whole(s: DeviceState, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "uuid": f"GPU-{s.uuid}",
+        "name": s.model,
+        "mig_mode": [0, 0],
+        "utilization": {"gpu": round(s.busy * 100), "memory": 0},
+        "memory": _memory(s.memory_used_mib, s.memory_total_mib),
+        "power_mw": round(s.power_w * 1000),
+        "energy_mj": round(s.energy_j * 1000),
+        "sm_clock_mhz": 1980,
+        "process_samples": samples,
+        "compute_processes": [
+            {"pid": p.pid, "usedGpuMemory": round(p.memory_mib * MIB)} for p in s.processes
+        ],
+    }
+
+
+def _mig_parent(slices: list[DeviceState]) -> dict[str, Any]:
+    """A GPU in MIG mode as the h100x2_mig fixture has it: no utilization anywhere, and no
+    per-process utilization (tests/fixtures/nvidia_process/h100_mig_load_pmon.txt: all '-');
+    the slices' processes with their memory."""
+    first = slices[0]
+    return {
+        "uuid": f"GPU-{first.parent_uuid}",
+        "name": first.model,
+        "mig_mode": [1, 1],
+        "max_mig_devices": 7,
+        "utilization": "NOT_SUPPORTED",
+        "memory": _memory(sum(s.memory_used_mib for s in slices), first.memory_total_mib),
+        "power_mw": round(sum(s.power_w for s in slices) * 1000),
+        "energy_mj": round(sum(s.energy_j for s in slices) * 1000),
+        "sm_clock_mhz": 1980,
+        "mig": [
+            {
+                "slot": slot,
+                "uuid": f"MIG-{s.uuid}",
+                "name": f"{s.model} MIG {s.mig_profile}",
+                "gpu_instance_id": s.mig_gi,
+                "compute_instance_id": 0,
+                "memory": _memory(s.memory_used_mib, s.memory_total_mib),
+                "process_samples": "NOT_SUPPORTED",
+                "compute_processes": [
+                    {
+                        "pid": p.pid,
+                        "usedGpuMemory": round(p.memory_mib * MIB),
+                        "gpuInstanceId": s.mig_gi,
+                        "computeInstanceId": 0,
+                    }
+                    for p in s.processes
+                ],
+            }
+            for slot, s in enumerate(slices)
+        ],
+    }
+
+
 def render_states(
     states: list[DeviceState], time_us: int, before: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """A fake-NVML fixture for whole GPUs in these states at ``time_us``: each busy process
-    adds one sample (smUtil = busy %) to the GPU's buffer, kept from ``before`` (the fixture
-    of the previous poll) as the driver keeps it."""
+    """A fake-NVML fixture for these devices at ``time_us``, GPUs in index order (one node).
+
+    On a whole GPU each busy process adds one sample (smUtil = busy %) to the GPU's buffer,
+    kept from ``before`` (the fixture of the previous poll) as the driver keeps it. MIG slices
+    (``mig_gi`` set) are grouped under their parent GPU, which NVML sees in MIG mode."""
     kept = {g["uuid"]: g.get("process_samples", []) for g in (before or {}).get("gpus", [])}
+    by_index: dict[int, list[DeviceState]] = {}
+    for s in states:
+        by_index.setdefault(s.index, []).append(s)
     gpus = []
-    for s in sorted(states, key=lambda s: s.index):
-        uuid = f"GPU-{s.uuid}"
-        samples = list(kept.get(uuid, [])) + [
+    for index in sorted(by_index):
+        group = by_index[index]
+        if group[0].mig_gi is not None:
+            gpus.append(_mig_parent(sorted(group, key=lambda s: s.mig_gi or 0)))
+            continue
+        [s] = group
+        samples = list(kept.get(f"GPU-{s.uuid}", [])) + [
             {"pid": p.pid, "timeStamp": time_us, "smUtil": round(p.busy * 100), "memUtil": 0}
             for p in s.processes
             if round(p.busy * 100) > 0
         ]
-        gpus.append(
-            {
-                "uuid": uuid,
-                "name": s.model,
-                "mig_mode": [0, 0],
-                "utilization": {"gpu": round(s.busy * 100), "memory": 0},
-                "memory": {
-                    "used": round(s.memory_used_mib * MIB),
-                    "total": round(s.memory_total_mib * MIB),
-                    "free": round((s.memory_total_mib - s.memory_used_mib) * MIB),
-                },
-                "power_mw": round(s.power_w * 1000),
-                "energy_mj": round(s.energy_j * 1000),
-                "process_samples": samples,
-                "compute_processes": [
-                    {"pid": p.pid, "usedGpuMemory": round(p.memory_mib * MIB)} for p in s.processes
-                ],
-            }
-        )
+        gpus.append(_whole(s, samples))
     return {"description": "rendered from DeviceState", "gpus": gpus}
 
 

@@ -6,6 +6,7 @@ dcgm-exporter's source. The pre-#594 scrape is recorded (PR #432 comment, SOURCE
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.harness.device_state import DeviceState, Holder, ProcessState
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "nvidia_process"
 T = datetime(2026, 12, 7, 14, 0, tzinfo=UTC)
 POD_A = "0b7c3f6e-2a41-4d8e-9c55-1f0e6a7d2b93"
+MIG_UUID = "68914221-dd79-45a4-b412-961c75951ef0"
 POD_B = "e5d1a9c2-7f38-46b0-8a1e-3c9d4b2f6e07"
 HOLDERS = (
     Holder("research", "trainer-0", "main", POD_A),
@@ -100,9 +102,11 @@ def test_idle_gpu_pods_measured_idle() -> None:
 
 def test_mig_pod_rows_are_zero_and_measure_nothing() -> None:
     """No per-process SM time on MIG: dcgm-exporter's per-pod GPU_UTIL is 0 there."""
-    s = state(ProcessState(11, 0.6, 7484, POD_A), busy=0.6, used=11091)
-    gpu = one_gpu(render([s], mig={0: (2, "3g.40gb")}))
+    whole = state(ProcessState(11, 0.6, 7484, POD_A), busy=0.6, used=11091)
+    s = replace(whole, mig_gi=2, mig_profile="3g.40gb", parent_uuid=whole.uuid, uuid=MIG_UUID)
+    gpu = one_gpu(render([s]))
     assert gpu.mig is not None and gpu.mig.gpu_instance_id == 2
+    assert gpu.mig.parent_uuid == f"GPU-{whole.uuid}" and gpu.mig.profile == "3g.40gb"
     assert gpu.measured_use is None
     assert gpu.memory_used_mib == 11091 and gpu.activity == 0.6
 

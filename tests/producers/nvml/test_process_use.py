@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,31 @@ def test_mig_instances_have_no_process_use(tmp_path: Path) -> None:
     with FakeNvml("h100x2_mig").installed():
         gpus = tick(producer(tmp_path)).gpus
     assert all(g.measured_use is None for g in gpus if g.mig is not None)
+
+
+def test_rendered_mig_slices_beside_a_whole_gpu(tmp_path: Path) -> None:
+    """DeviceState MIG slices render as a GPU in MIG mode: the slices carry no process use,
+    the whole GPU next to them does."""
+    mig = {"parent_uuid": "3d2d33ab-c3b2-434c-a80e-26e207780255", "index": 0}
+    slices = [
+        replace(state(ProcessState(5, 0.7, 7000, POD_A)), uuid=u, mig_gi=gi, mig_profile=p, **mig)
+        for u, gi, p in (
+            ("68914221-dd79-45a4-b412-961c75951ef0", 2, "3g.40gb"),
+            ("0fd630f1-f29d-4da9-953f-48f1a09f76b5", 3, "2g.20gb"),
+        )
+    ]
+    whole = replace(state(ProcessState(9, 0.5, 3000, POD_B)), index=1)
+    states = [*slices, whole]
+    write_proc(tmp_path, states)
+    with FakeNvml(render_states(states, 1_000_000)).installed():
+        gpus = tick(producer(tmp_path)).gpus
+    assert [(g.uuid, g.mig is not None) for g in gpus] == [
+        ("MIG-68914221-dd79-45a4-b412-961c75951ef0", True),
+        ("MIG-0fd630f1-f29d-4da9-953f-48f1a09f76b5", True),
+        (UUID, False),
+    ]
+    assert [g.measured_use for g in gpus[:2]] == [None, None]
+    assert by_pod(gpus[2].measured_use)[POD_B].activity == 0.5
 
 
 def test_setting_off_reads_no_process(tmp_path: Path) -> None:
