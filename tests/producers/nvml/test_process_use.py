@@ -207,10 +207,16 @@ def test_mig_instances_have_no_process_use(tmp_path: Path) -> None:
 def test_rendered_mig_slices_beside_a_whole_gpu(tmp_path: Path) -> None:
     """DeviceState MIG slices render as a GPU in MIG mode: the slices carry no process use,
     the whole GPU next to them does."""
-    mig = {"parent_uuid": "3d2d33ab-c3b2-434c-a80e-26e207780255", "index": 0}
+    parent = "3d2d33ab-c3b2-434c-a80e-26e207780255"
     slices = [
-        replace(state(ProcessState(5, 0.7, 7000, POD_A)), uuid=u, mig_gi=gi, mig_profile=p, **mig)
-        for u, gi, p in (
+        replace(
+            state(ProcessState(5, 0.7, 7000, POD_A)),
+            uuid=u,
+            mig_gi=gi,
+            mig_profile=profile,
+            parent_uuid=parent,
+        )
+        for u, gi, profile in (
             ("68914221-dd79-45a4-b412-961c75951ef0", 2, "3g.40gb"),
             ("0fd630f1-f29d-4da9-953f-48f1a09f76b5", 3, "2g.20gb"),
         )
