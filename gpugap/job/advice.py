@@ -9,9 +9,10 @@ no saving threshold applies (the person asked about this job):
   user, account, name and partition) completed MIN_JOBS jobs in the HISTORY_DAYS before this
   one ended and none hit its limit; else the same rule on this job alone.
 - A MIG slice (recommend.fit): the smallest profile that holds its p99 hourly peak and its
-  peak memory with the headroom, on the rate card's GPU model (else H100-80GB, said).
-- A smaller GPU model (recommend.model): low utilisation in little memory, and a model the
-  estate had while it ran that holds it and is smaller.
+  peak memory with the headroom, on the rate card's GPU model (else H100-80GB, said); only on
+  NVIDIA GPUs (its GPUs' identities name the vendor: no slice catalog for AMD or Intel).
+- A smaller GPU model (recommend.model): low utilisation in little memory, and a model of the
+  same vendor the estate had while it ran that holds it and is smaller.
 - Idle culling (recommend.interactive): an interactive allocation idle most of its life: the
   timeout above 90 % of its pauses.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from gpugap.job.models import Advice, Allocation, GpuFigures, Idle
@@ -37,16 +39,32 @@ from gpugap.recommend.fit import (
 from gpugap.recommend.interactive import NOTEBOOK_IDLE_SHARE, culling_minutes
 from gpugap.recommend.model import (
     LOW_UTILISATION,
-    PRODUCT_LABEL,
+    PRODUCT_LABELS,
     SMALL_MEMORY_MIB,
     GpuModel,
     ModelUse,
     smaller_model,
 )
 from gpugap.recommend.queries import class_of
-from gpugap.schemas.types import WorkloadClass
+from gpugap.schemas.types import Vendor, WorkloadClass, vendor_of
 
 HISTORY_DAYS = 14  # gpugap recommend compute's default history
+#: the device plugin's resource a pod asks whole GPUs of, by vendor (Intel's under the xe
+#: driver: gpu.intel.com/xe)
+DEVICE_RESOURCES = {
+    Vendor.NVIDIA: "nvidia.com/gpu",
+    Vendor.AMD: "amd.com/gpu",
+    Vendor.INTEL: "gpu.intel.com/i915",
+}
+
+
+def vendor_in(uuids: Sequence[str] | None) -> Vendor | None:
+    """The one vendor some GPU identities (or their prefixes) name; None: several or none.
+    Figures from before the vendors were asked (no identities given) are NVIDIA's."""
+    if uuids is None:
+        return Vendor.NVIDIA
+    found = {vendor_of(u) for u in uuids}
+    return found.pop() if len(found) == 1 else None
 
 
 def _a(name: str) -> str:
@@ -81,7 +99,9 @@ def gpu_count(a: Allocation, gpus: Sequence[GpuFigures]) -> Advice | None:
     if a.scheduler == "slurm":
         apply = f"#SBATCH --gpus={needed}    # was {n} (or --gres=gpu:{needed} per node)"
     else:
-        apply = _pod_limit(a, "nvidia.com/gpu", needed, str(n))
+        vendor = vendor_in([g.gpu_uuid for g in measured])
+        resource = DEVICE_RESOURCES[vendor] if vendor else "<the GPU resource>"
+        apply = _pod_limit(a, resource, needed, str(n))
     return Advice(
         kind="gpu_count",
         say=f"ask for {_plural(needed, 'GPU')}",
@@ -138,6 +158,8 @@ def gpu_share(a: Allocation, peaks: dict[str, Any], card_model: str, n: int) -> 
     memory = float(peaks["memory_mib"] or 0)
     if peaks["sliced"] or measured == 0 or n == 0:
         return None
+    if vendor_in(peaks.get("prefixes")) is not Vendor.NVIDIA:
+        return None  # MIG is NVIDIA's: no slice catalog for another vendor's GPUs
     if peaks["memory_minutes"] < MEMORY_KNOWN * measured or memory <= 0:
         return None  # memory unknown: no slice can be said to hold it
     model = model_key(card_model)
@@ -188,12 +210,14 @@ def model_worth_asking(peaks: dict[str, Any], measured_gpu_h: float, consumed: f
 
 
 def _models(rows: Sequence[Sequence[Any]], cluster: str | None) -> list[GpuModel]:
-    """Rows of (cluster, pool, model, memory, rate, currency): capacity_queries.estate's."""
+    """Rows of (cluster, pool, model, memory, rate, currency, identity prefix):
+    capacity_queries.estate's."""
     return [
         GpuModel(
             cluster=cluster or r[0], pool=r[1], gpu_model=r[2],
             memory_mib=None if r[3] is None else float(r[3]),
             rate=None if r[4] is None else float(r[4]), currency=r[5] or "",
+            vendor=vendor_of(r[6] or "") if len(r) > 6 else Vendor.NVIDIA,
         )
         for r in rows
     ]  # fmt: skip
@@ -211,13 +235,14 @@ def gpu_model(
     """``use``: (measured GPU-hours, consumed GPU-hours, GPUs); ``nodes``: the models of
     the nodes it ran on (job_queries.node_models), ``estate``: job_queries.estate."""
     current = _models([r for r in nodes if r[2]], a.cluster)  # (node, pool, model...)
-    if not current:
+    vendor = vendor_in(peaks.get("prefixes"))
+    if not current or vendor is None:
         return None
     measured_gpu_h, consumed, n = use
     model_use = ModelUse(
         target=target,
         workload_class=class_of(a.workload_class, WorkloadClass.BATCH),
-        current=current[0],
+        current=replace(current[0], vendor=vendor),  # its own GPUs name the vendor
         gpus=n,
         allocations=1,
         gpu_hours=measured_gpu_h,
@@ -230,14 +255,16 @@ def gpu_model(
     to = smaller_model(model_use, _models(estate, None))
     if to is None:
         return None
-    cur = current[0]
+    cur = model_use.current
     priced = to.rate is not None and cur.rate is not None
     smaller = "a lower rate on the rate card" if priced else "less memory"
     if a.scheduler == "slurm":
         apply = f"#SBATCH --partition={sh(to.pool)}\n#SBATCH --gres=gpu:{sh(to.gpu_model)}:{n}"
+    elif (product := PRODUCT_LABELS.get(to.vendor)) is None:
+        apply = f"# in the pod spec of {said(a.name)}: select pool {said(to.pool)} by its label"
     else:
-        label = said(to.gpu_model).replace(" ", "-")
-        patch = {"spec": {"nodeSelector": {PRODUCT_LABEL: label}}}
+        key, space = product
+        patch = {"spec": {"nodeSelector": {key: said(to.gpu_model).replace(" ", space)}}}
         apply = f"# in the pod spec of {said(a.name)}:\n{json.dumps(patch)}"
     return Advice(
         kind="gpu_model",

@@ -141,7 +141,8 @@ def per_gpu(cluster: str, alloc: str, peak_q: float) -> Query:
 def peaks(cluster: str, alloc: str, fit_q: float, model_q: float) -> Query:
     """Over every GPU-hour at once, as ``gpugap recommend`` reads a workload's (FIT_USE,
     MODEL_USE): the quantiles of the hourly peaks, the peak memory, the measured GPU-minutes
-    and those with a memory reading, and whether any GPU was a MIG slice."""
+    and those with a memory reading, whether any GPU was a slice (MIG, an AMD compute
+    partition, an Intel tile: identities ending /<id>), its GPUs' identity prefixes."""
     measured = "allocated_s > unmeasured_s"
     sql = (
         f"WITH {_DAYS} AS span SELECT "
@@ -149,7 +150,8 @@ def peaks(cluster: str, alloc: str, fit_q: float, model_q: float) -> Query:
         f"quantileExactIf({{model_q:Float64}})(activity_max, {measured}) AS model_peak, "
         "max(memory_max_mib) AS memory_mib, sum(memory_minutes) AS memory_minutes, "
         "toUInt64(sum(allocated_s - unmeasured_s) / 60) AS measured_minutes, "
-        "countIf(startsWith(gpu_uuid, 'MIG-')) > 0 AS sliced "
+        "countIf(startsWith(gpu_uuid, 'MIG-') OR position(gpu_uuid, '/') > 0) > 0 AS sliced, "
+        "groupUniqArray(4)(substring(gpu_uuid, 1, 4)) AS prefixes "
         f"FROM gpu_hours FINAL WHERE {_IN_DAYS}"
     )
     return Query(sql, _one(cluster, alloc, fit_q=fit_q, model_q=model_q))
@@ -273,7 +275,8 @@ FROM stretches
 def node_models(cluster: str, nodes: list[str], since: datetime, until: datetime) -> Query:
     """The pool, GPU model, memory and rate of the nodes it ran on (capacity_queries.NODES)."""
     sql = (
-        f"WITH {NODES} SELECT node, toString(pool), toString(model), memory, rate, currency "
+        f"WITH {NODES} SELECT node, toString(pool), toString(model), memory, rate, currency, "
+        "prefix "
         "FROM nodes WHERE cluster = {cluster:String} AND has({nodes:Array(String)}, node)"
     )
     return Query(sql, {"cluster": cluster, "nodes": nodes, "since": since, "until": until})

@@ -22,18 +22,20 @@ from gpugap.recommend.queries import class_of, params_of, target_of
 from gpugap.recommend.stranding import Stranding
 from gpugap.recommend.usage_queries import META_COLUMNS, META_SQL
 from gpugap.schemas.models import RecommendationTarget
-from gpugap.schemas.types import WorkloadClass
+from gpugap.schemas.types import Vendor, WorkloadClass, vendor_of
 from gpugap.warehouse.client import run_query
 
 _W = "{since:DateTime64(3, 'UTC')}"
 _U = "{until:DateTime64(3, 'UTC')}"
 
 # every GPU node polled before the window's end: its latest pool and model, one GPU's largest
-# memory reported, whether it was polled in the window, the rate card's rate for it
+# memory reported, whether it was polled in the window, the rate card's rate for it, and the
+# identity prefix of its devices in the window (the vendor: schemas.types.vendor_of; '' where
+# it sent no telemetry then)
 NODES = f"""
 nodes AS (
     SELECT n.cluster AS cluster, n.node AS node, n.pool AS pool, n.model AS model,
-        n.memory AS memory, n.polled_in AS polled_in,
+        n.memory AS memory, n.polled_in AS polled_in, v.prefix AS prefix,
         arrayFirstIndex(x -> match(n.node, x.2), r.rules) AS idx,
         if(idx > 0, toNullable(tupleElement(r.rules[idx], 3)), NULL) AS rate,
         if(idx > 0, tupleElement(r.rules[idx], 4), '') AS currency
@@ -49,17 +51,26 @@ nodes AS (
             gpu_hour_rate, toString(currency)))) AS rules
         FROM v_rate_card GROUP BY cluster
     ) AS r ON r.cluster = n.cluster
+    LEFT JOIN (
+        SELECT cluster, node, max(substring(gpu_uuid, 1, 4)) AS prefix
+        FROM gpu_hours
+        WHERE hour >= toStartOfHour({_W}) AND hour < {_U}
+        GROUP BY cluster, node
+    ) AS v ON v.cluster = n.cluster AND v.node = n.node
 )"""
 
 ESTATE = f"""
 WITH {NODES}
-SELECT cluster, toString(pool), toString(model), max(memory), max(rate), any(currency)
+SELECT cluster, toString(pool), toString(model), max(memory), max(rate), any(currency),
+    max(prefix)
 FROM nodes WHERE polled_in
 GROUP BY cluster, pool, model
 ORDER BY cluster, pool, model
 """
 
-# per allocation and the model of the nodes it ran on (whole GPUs, measured time only)
+# per allocation and the model of the nodes it ran on (whole GPUs, measured time only: no MIG
+# slice, AMD compute partition or Intel tile, whose identities end in /<id>), and the identity
+# prefix of its GPUs (the vendor)
 MODEL_USE = f"""
 WITH {NODES},
 per_alloc AS (
@@ -72,11 +83,11 @@ per_alloc AS (
         toUInt64(sum(g.allocated_s - g.unmeasured_s) / 60) AS measured,
         sum(g.memory_minutes) AS with_memory,
         quantileExactIf({{q:Float64}})(g.activity_max, g.allocated_s > g.unmeasured_s) AS peak,
-        max(g.memory_max_mib) AS memory
+        max(g.memory_max_mib) AS memory, groupUniqArray(4)(substring(g.gpu_uuid, 1, 4)) AS prefixes
     FROM (
         SELECT * FROM gpu_hours FINAL
         WHERE hour >= toStartOfHour({_W}) AND hour < {_U} AND allocation_id != ''
-            AND NOT startsWith(gpu_uuid, 'MIG-')
+            AND NOT startsWith(gpu_uuid, 'MIG-') AND position(gpu_uuid, '/') = 0
     ) AS g
     INNER JOIN nodes AS n ON n.cluster = g.cluster AND n.node = g.node
     GROUP BY g.cluster, g.allocation_id, model
@@ -85,7 +96,7 @@ per_alloc AS (
 meta AS ({META_SQL})
 SELECT a.cluster, a.allocation_id, a.sched, a.cls, a.model, a.pool, a.model_memory, a.rate,
     a.currency, a.gpus, a.gpu_h, a.consumed_h, a.measured, a.with_memory, a.peak, a.memory,
-    m.owner, m.team, m.name, m.partition, m.owner_kind, m.owner_name
+    m.owner, m.team, m.name, m.partition, m.owner_kind, m.owner_name, a.prefixes
 FROM per_alloc AS a
 LEFT JOIN meta AS m ON m.cluster = a.cluster AND m.allocation_id = a.allocation_id
 ORDER BY a.cluster, a.allocation_id, a.model
@@ -170,6 +181,7 @@ def estate(client: Any, w: HistoryWindow) -> list[GpuModel]:
             memory_mib=_opt(r[3]),
             rate=_opt(r[4]),
             currency=r[5] or "",
+            vendor=vendor_of(r[6] or ""),
         )
         for r in run_query(client, ESTATE, params_of(w)).result_rows
     ]
@@ -190,10 +202,12 @@ class _Use:
     with_memory: int = 0
     memory: float = 0.0
     peaks: tuple[float, ...] = ()
+    vendors: set[Vendor] = field(default_factory=set)
 
 
 def model_uses(client: Any, w: HistoryWindow) -> list[ModelUse]:
-    """Every family's whole-GPU use per GPU model it ran on."""
+    """Every family's whole-GPU use per GPU model it ran on (on one vendor's GPUs: a family
+    whose allocations on one model name several vendors says nothing)."""
     uses: dict[tuple[RecommendationTarget, str, str], _Use] = defaultdict(_Use)
     for r in run_query(client, MODEL_USE, params_of(w, q=PEAK_QUANTILE)).result_rows:
         t = _target(r[16:22], r[0], r[1], r[2])
@@ -211,16 +225,20 @@ def model_uses(client: Any, w: HistoryWindow) -> list[ModelUse]:
         u.with_memory += int(r[13])
         u.peaks += (float(r[14]),)
         u.memory = max(u.memory, float(r[15]))
-    return [
-        ModelUse(
-            target=t, workload_class=class_of(u.cls, WorkloadClass.BATCH),
-            current=GpuModel(cluster, u.pool, model, _opt(u.model_memory), u.rate, u.currency),
+        u.vendors |= {vendor_of(p) for p in r[22]}
+    out = []
+    for (t, cluster, model), u in uses.items():
+        if len(u.vendors) != 1:
+            continue
+        (vendor,) = u.vendors
+        current = GpuModel(cluster, u.pool, model, _opt(u.model_memory), u.rate, u.currency, vendor)
+        out.append(ModelUse(
+            target=t, workload_class=class_of(u.cls, WorkloadClass.BATCH), current=current,
             gpus=u.gpus, allocations=u.allocations, gpu_hours=u.gpu_hours,
             consumed_gpu_hours=u.consumed, measured_minutes=u.measured,
             memory_minutes=u.with_memory, allocation_peaks=u.peaks, peak_memory_mib=u.memory,
-        )
-        for (t, cluster, model), u in uses.items()
-    ]  # fmt: skip
+        ))  # fmt: skip
+    return out
 
 
 @dataclass

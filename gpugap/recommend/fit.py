@@ -11,7 +11,10 @@ quantile (running out of memory kills the job). Both come from the hourly rollup
 
 The GPU model: the GPU-minute tables carry none, so it comes from the cluster's rate card
 (its default model, docs/cost.md), else DEFAULT_GPU_MODEL, said in the rationale. A card
-that names a GPU without MIG profiles here (an L40S, an A10) gets no recommendation.
+that names a GPU without MIG profiles here (an L40S, an A10) gets no recommendation, and so
+does a workload on another vendor's GPUs (its devices' identities name the vendor): MIG is
+NVIDIA's, and no catalog of AMD compute partitions or Intel tiles is kept here, so nothing is
+said rather than something wrong.
 """
 
 # ruff: noqa: S608  (evidence queries: literals quoted by sql_literal, for people to run)
@@ -38,7 +41,7 @@ from gpugap.schemas.models import (
     RecommendationChange,
     RecommendationTarget,
 )
-from gpugap.schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, Vendor, WorkloadClass
 
 #: MIG profiles smaller than the whole GPU: (name, compute slices of 7, memory GiB), NVIDIA's
 #: MIG user guide tables for each GPU
@@ -75,6 +78,8 @@ class GpuUse:
     allocation_peaks: tuple[float, ...]  # each allocation's PEAK_QUANTILE of hourly peaks
     peak_memory_mib: float
     gpu_model: str | None  # the rate card's, where there is one
+    #: who made its GPUs (None: several vendors' or unknown)
+    vendor: Vendor | None = Vendor.NVIDIA
 
     @property
     def peak_activity(self) -> float:
@@ -106,6 +111,8 @@ def gpu_share(u: GpuUse, w: HistoryWindow, now: datetime) -> Recommendation | No
     """The smallest MIG profile that fits, when the memory is known and the GPU-days enough."""
     kind = "gpu_share"
     days = int(u.measured_minutes / 1440)
+    if u.vendor is not Vendor.NVIDIA:
+        return None  # MIG profiles are NVIDIA's: no slice to move to
     if u.measured_minutes == 0 or days < MIN_TO_RECOMMEND[kind]:
         return None
     if u.memory_minutes < MEMORY_KNOWN * u.measured_minutes or u.peak_memory_mib <= 0:

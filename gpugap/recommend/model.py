@@ -10,6 +10,9 @@ models are the estate's: ``node_capacity`` polls in the window (cluster, pool, g
 largest gpu_memory_mib reported), in the family's own cluster. A candidate differs from the
 current model, holds the peak memory x MEMORY_MARGIN, and is smaller: a lower GPU-hour rate on
 the rate card when both models have one (preferred; said in the rationale), else less memory.
+The candidate is the same vendor's (its nodes' devices in the window name it; a node without
+telemetry counts as NVIDIA's, as every identity did before other vendors): moving from an AMD
+or Intel GPU to an NVIDIA one is a port, not a downsize.
 The cheapest such model wins (else the one with least memory; then the pool's name). Saved:
 the current model's GPU-hours the family held, per week, freed for work that needs them.
 Nothing smaller in the estate: no recommendation (a MIG slice is fit.py's).
@@ -37,7 +40,7 @@ from gpugap.recommend.base import (
 )
 from gpugap.recommend.fit import MEMORY_KNOWN
 from gpugap.schemas.models import Recommendation, RecommendationChange, RecommendationTarget
-from gpugap.schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, Vendor, WorkloadClass
 
 #: utilisation (consumed / measured) and the p95 of the hourly peaks stay at or below this
 LOW_UTILISATION = 0.20
@@ -49,8 +52,13 @@ MIN_GPU_HOURS = 24.0
 MEMORY_MARGIN = 1.25
 #: the quantile of the GPU-hours' peak activity that must stay low
 PEAK_QUANTILE = 0.95
-#: Kubernetes: GPU feature discovery's label naming a node's GPU product
-PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: Kubernetes: the node label naming a node's GPU product, and how it spells a space: NVIDIA's
+#: GPU feature discovery ("NVIDIA-H100-80GB-HBM3"), AMD's node labeller
+#: ("AMD_Instinct_MI300X_OAM"); Intel's GPU plugin labels no product (the pool's label it is)
+PRODUCT_LABELS: dict[Vendor, tuple[str, str]] = {
+    Vendor.NVIDIA: ("nvidia.com/gpu.product", "-"),
+    Vendor.AMD: ("amd.com/gpu.product-name", "_"),
+}
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,7 @@ class GpuModel:
     memory_mib: float | None  # one GPU's, the largest reported
     rate: float | None  # the rate card's GPU-hour rate for its nodes (None: no card)
     currency: str = ""
+    vendor: Vendor = Vendor.NVIDIA
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,7 @@ def smaller_model(u: ModelUse, estate: Sequence[GpuModel]) -> GpuModel | None:
         c
         for c in estate
         if c.cluster == u.current.cluster
+        and c.vendor == u.current.vendor
         and c.gpu_model != u.current.gpu_model
         and c.memory_mib is not None
         and c.memory_mib >= need
@@ -186,18 +196,23 @@ def gpu_model(
         spread=round(cv(u.allocation_peaks), 4),
         figures=figures,
     )
+    product = PRODUCT_LABELS.get(to.vendor)
     if t.scheduler is Scheduler.KUBERNETES:
-        label = said(to.gpu_model).replace(" ", "-")  # GPU feature discovery spells it so
-        patch = json.dumps(
-            {"spec": {"template": {"spec": {"nodeSelector": {PRODUCT_LABEL: label}}}}}
-        )
         apply = (
             f"# {said(t.namespace)}/{said(t.owner_name)}: run on {said(to.gpu_model)} "
             f"(node pool {said(to.pool)}) instead of {said(cur.gpu_model)}:\n"
-            f"kubectl -n {sh(t.namespace)} patch {sh((t.owner_kind or 'pod').lower())} "
-            f"{sh(t.owner_name)} --type=merge -p {sh(patch)}\n"
-            "# or select the pool by its node label instead of the GPU product"
         )
+        if product is None:  # no product label: the pool's own label is the one to select
+            apply += "# select the pool by its node label"
+        else:
+            key, space = product
+            label = said(to.gpu_model).replace(" ", space)  # as the vendor's labeller spells it
+            patch = {"spec": {"template": {"spec": {"nodeSelector": {key: label}}}}}
+            apply += (
+                f"kubectl -n {sh(t.namespace)} patch {sh((t.owner_kind or 'pod').lower())} "
+                f"{sh(t.owner_name)} --type=merge -p {sh(json.dumps(patch))}\n"
+                "# or select the pool by its node label instead of the GPU product"
+            )
     else:
         apply = (
             f"# in the job script of {said(t.user)}'s {said(t.job_name or 'jobs')}: run on "

@@ -11,7 +11,7 @@ GPU's hourly peaks of activity and memory, migration 010).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
@@ -20,7 +20,7 @@ from gpugap.recommend.fit import MAX_FIT_ACTIVITY, PEAK_QUANTILE, GpuUse
 from gpugap.recommend.queries import class_of, params_of, target_of
 from gpugap.recommend.services import ServiceDemand, ServiceHour
 from gpugap.schemas.models import RecommendationTarget
-from gpugap.schemas.types import WorkloadClass
+from gpugap.schemas.types import Vendor, WorkloadClass, vendor_of
 from gpugap.warehouse.client import run_query
 
 _W = "{since:DateTime64(3, 'UTC')}"
@@ -61,10 +61,10 @@ WITH per_alloc AS (
         toUInt64(sum(allocated_s - unmeasured_s) / 60) AS measured,
         sum(memory_minutes) AS with_memory,
         quantileExactIf({{q:Float64}})(activity_max, allocated_s > unmeasured_s) AS peak,
-        max(memory_max_mib) AS memory
+        max(memory_max_mib) AS memory, groupUniqArray(4)(substring(gpu_uuid, 1, 4)) AS prefixes
     FROM gpu_hours FINAL
     WHERE hour >= toStartOfHour({_W}) AND hour < {_U} AND allocation_id != ''
-        AND NOT startsWith(gpu_uuid, 'MIG-')
+        AND NOT startsWith(gpu_uuid, 'MIG-') AND position(gpu_uuid, '/') = 0
     GROUP BY cluster, allocation_id
     HAVING peak <= {{max_fit:Float64}} AND memory > 0
 ),
@@ -74,7 +74,7 @@ models AS (
 )
 SELECT a.cluster, a.allocation_id, a.sched, a.cls, a.gpus, a.gpu_h, a.measured,
     a.with_memory, a.peak, a.memory, c.model,
-    m.owner, m.team, m.name, m.partition, m.owner_kind, m.owner_name
+    m.owner, m.team, m.name, m.partition, m.owner_kind, m.owner_name, a.prefixes
 FROM per_alloc AS a
 LEFT JOIN meta AS m ON m.cluster = a.cluster AND m.allocation_id = a.allocation_id
 LEFT JOIN models AS c ON c.cluster = a.cluster
@@ -127,11 +127,12 @@ class _Use:
     memory: float = 0.0
     model: str | None = None
     peaks: tuple[float, ...] = ()
+    vendors: set[Vendor] = field(default_factory=set)
 
 
 def gpu_uses(client: Any, w: HistoryWindow) -> list[GpuUse]:
     """Whole-GPU workloads whose hourly peaks could fit a MIG profile, with their minutes'
-    peaks (per allocation) and memory."""
+    peaks (per allocation), memory and vendor (None: their GPUs name several)."""
     params = params_of(w, q=PEAK_QUANTILE, max_fit=MAX_FIT_ACTIVITY)
     uses: dict[RecommendationTarget, _Use] = defaultdict(_Use)
     for r in run_query(client, FIT_USE, params).result_rows:
@@ -145,12 +146,14 @@ def gpu_uses(client: Any, w: HistoryWindow) -> list[GpuUse]:
         u.peaks += (float(r[8]),)
         u.memory = max(u.memory, float(r[9]))
         u.model = u.model or (r[10] or None)
+        u.vendors |= {vendor_of(p) for p in r[17]}
     return [
         GpuUse(
             target=t, workload_class=class_of(u.cls, WorkloadClass.BATCH), gpus=u.gpus,
             allocations=u.allocations, gpu_hours=u.gpu_hours, measured_minutes=u.measured,
             memory_minutes=u.with_memory, allocation_peaks=u.peaks, peak_memory_mib=u.memory,
             gpu_model=u.model,
+            vendor=next(iter(u.vendors)) if len(u.vendors) == 1 else None,
         )
         for t, u in uses.items()
     ]  # fmt: skip
