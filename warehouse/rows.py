@@ -15,7 +15,7 @@ from gpugap.schemas.models import (
     SchedulerGpuCount,
     Transfer,
 )
-from gpugap.schemas.types import LifecycleKind, PodEventKind, WorkloadClass
+from gpugap.schemas.types import LifecycleKind, PodEventKind, WorkloadClass, vendor_of
 
 MINUTE_COLUMNS = [
     "cluster",
@@ -44,6 +44,8 @@ MINUTE_COLUMNS = [
     "coverage_grain",
     "idle_threshold_bp",
     "idle_after_minutes",
+    "vendor",
+    "share_source",
     "ingested_at",
 ]
 ALLOCATION_COLUMNS = [
@@ -238,6 +240,8 @@ def minute_row(m: GpuMinute, now: datetime) -> list[Any]:
         "second" if m.measured_s is not None else "minute",
         round(m.idle_threshold * 10_000) if m.idle_threshold is not None else 0,
         min(m.idle_after_minutes or 0, 65_535),
+        m.vendor or vendor_of(m.gpu_uuid),
+        m.share_source or "",
         now,
     ]
 

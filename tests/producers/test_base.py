@@ -104,7 +104,8 @@ def test_unknown_producer_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'nope'" in err and "nvml" in err  # the known ones are listed
-    with pytest.raises(ConfigError, match="unknown producer 'nope' \\(known: dcgm, kubernetes"):
+    known = r"unknown producer 'nope' \(known: amd-exporter, amdsmi, dcgm, kubernetes"
+    with pytest.raises(ConfigError, match=known):
         producers.plugin("nope")
 
 
