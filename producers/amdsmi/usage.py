@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpugap.producers.amdsmi.cgroup import pod_uid_of_pid
+from gpugap.producers.kubelet_cgroup import pod_uid_of_pid
 from gpugap.schemas import MeasuredUse
 from gpugap.schemas.types import MAX_SHARING_PODS
 
