@@ -27,7 +27,7 @@ from typing import Any
 from gpugap.job.models import Advice, Allocation, GpuFigures, Idle
 from gpugap.queue.limits import MIN_JOBS, right_sized_limit
 from gpugap.recommend.base import hms, said, sh
-from gpugap.recommend.batch import GPU_IDLE_LIFE
+from gpugap.recommend.batch import DEVICE_RESOURCES, GPU_IDLE_LIFE, vendor_in
 from gpugap.recommend.fit import (
     DEFAULT_GPU_MODEL,
     FIT_HEADROOM,
@@ -49,22 +49,6 @@ from gpugap.recommend.queries import class_of
 from gpugap.schemas.types import Vendor, WorkloadClass, vendor_of
 
 HISTORY_DAYS = 14  # gpugap recommend compute's default history
-#: the device plugin's resource a pod asks whole GPUs of, by vendor (Intel's under the xe
-#: driver: gpu.intel.com/xe)
-DEVICE_RESOURCES = {
-    Vendor.NVIDIA: "nvidia.com/gpu",
-    Vendor.AMD: "amd.com/gpu",
-    Vendor.INTEL: "gpu.intel.com/i915",
-}
-
-
-def vendor_in(uuids: Sequence[str] | None) -> Vendor | None:
-    """The one vendor some GPU identities (or their prefixes) name; None: several or none.
-    Figures from before the vendors were asked (no identities given) are NVIDIA's."""
-    if uuids is None:
-        return Vendor.NVIDIA
-    found = {vendor_of(u) for u in uuids}
-    return found.pop() if len(found) == 1 else None
 
 
 def _a(name: str) -> str:

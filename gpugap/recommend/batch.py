@@ -5,6 +5,7 @@ count of allocations that leave some of their GPUs idle for most of their life."
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -32,12 +33,28 @@ from gpugap.schemas.models import (
     RecommendationChange,
     RecommendationTarget,
 )
-from gpugap.schemas.types import Scheduler, WorkloadClass
+from gpugap.schemas.types import Scheduler, Vendor, WorkloadClass, vendor_of
 from gpugap.stats import quantile
 
 #: a GPU idle (below the idle threshold) in at least this share of its measured minutes is
 #: "idle for most of its life"
 GPU_IDLE_LIFE = 0.9
+#: the device plugin's resource a pod asks whole GPUs of, by vendor (Intel's under the xe
+#: driver: gpu.intel.com/xe)
+DEVICE_RESOURCES = {
+    Vendor.NVIDIA: "nvidia.com/gpu",
+    Vendor.AMD: "amd.com/gpu",
+    Vendor.INTEL: "gpu.intel.com/i915",
+}
+
+
+def vendor_in(uuids: Sequence[str] | None) -> Vendor | None:
+    """The one vendor some GPU identities (or their prefixes) name; None: several or none.
+    Figures from before the vendors were asked (no identities given) are NVIDIA's."""
+    if uuids is None:
+        return Vendor.NVIDIA
+    found = {vendor_of(u) for u in uuids}
+    return found.pop() if len(found) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -71,6 +88,8 @@ class GpuFamily:
     hours: float  # wall-clock hours, summed over the allocations
     gpu_hours: float  # GPU-hours allocated
     consumed_gpu_hours: float
+    #: who made its GPUs (None: several vendors'), from their identities
+    vendor: Vendor | None = Vendor.NVIDIA
 
 
 # --- (a) Slurm --time per job family ------------------------------------------------------
@@ -200,7 +219,9 @@ def gpu_count(fam: GpuFamily, w: HistoryWindow, now: datetime) -> Recommendation
             f"#SBATCH --gpus={needed}    # was {fam.gpus} (or --gres=gpu:{needed} per node)"
         )
     else:
-        res = "nvidia.com~1gpu"
+        # the vendor's device plugin resource ('/' is '~1' in a JSON pointer)
+        resource = DEVICE_RESOURCES[fam.vendor] if fam.vendor else "<the GPU resource>"
+        res = resource.replace("/", "~1")
         apply = (
             f"kubectl -n {sh(t.namespace)} patch {sh((t.owner_kind or 'pod').lower())} "
             f"{sh(t.owner_name)} "

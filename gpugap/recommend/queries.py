@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpugap.recommend.base import HistoryWindow, k8s_target, slurm_target
-from gpugap.recommend.batch import GPU_IDLE_LIFE, GpuFamily, SlurmFamily
+from gpugap.recommend.batch import GPU_IDLE_LIFE, GpuFamily, SlurmFamily, vendor_in
 from gpugap.recommend.interactive import NOTEBOOK_IDLE_SHARE, NotebookIdle
 from gpugap.recommend.placement import PartialGang
 from gpugap.schemas.types import WorkloadClass
@@ -79,7 +79,8 @@ per_alloc AS (
         countIf(measured_s > 0) AS gpus,
         countIf(measured_s > 0 AND idle_gpu_s < {{idle_life:Float64}} * measured_s) AS busy,
         max(measured_s) / 3600 AS hours, sum(measured_s) / 3600 AS gpu_h,
-        sum(consumed_s) / 3600 AS consumed_h
+        sum(consumed_s) / 3600 AS consumed_h,
+        groupUniqArray(4)(substring(gpu_uuid, 1, 4)) AS prefixes
     FROM per_gpu
     GROUP BY cluster, allocation_id
     HAVING gpus >= 2
@@ -91,7 +92,8 @@ meta AS (
 )
 SELECT a.cluster, a.sched, any(a.wclass), m.owner, m.team, any(m.name), m.partition,
     m.owner_kind, any(m.owner_name), a.gpus, count(), max(a.busy), avg(a.busy),
-    stddevPop(a.busy), sum(a.hours), sum(a.gpu_h), sum(a.consumed_h)
+    stddevPop(a.busy), sum(a.hours), sum(a.gpu_h), sum(a.consumed_h),
+    groupUniqArrayArray(4)(a.prefixes)
 FROM per_alloc AS a
 LEFT JOIN meta AS m ON m.cluster = a.cluster AND m.allocation_id = a.allocation_id
 GROUP BY a.cluster, a.sched, m.owner, m.team, m.partition, m.owner_kind,
@@ -253,6 +255,7 @@ def gpu_families(client: Any, w: HistoryWindow) -> list[GpuFamily]:
                 hours=float(r[14]),
                 gpu_hours=float(r[15]),
                 consumed_gpu_hours=float(r[16]),
+                vendor=vendor_in(r[17]),
             )
         )
     return out

@@ -10,6 +10,7 @@ from gpugap.groundfloor.settings import ClickHouseSettings
 from gpugap.job import advice as advise
 from gpugap.job.models import Allocation, GpuFigures, JobReport
 from gpugap.job.report import job_report
+from gpugap.recommend.batch import vendor_in
 from gpugap.schemas.types import Vendor
 from tests.recommend.test_vendors import NODES
 from tests.recommend.test_vendors import estate as vendor_estate
@@ -68,7 +69,7 @@ def test_a_pod_is_told_its_own_vendors_resource(node: str, resource: str) -> Non
 def test_the_vendor_of_identities() -> None:
     amd, nvidia = NODES["mi300x"][3], NODES["h100"][3]
     assert amd is not None and nvidia is not None
-    assert advise.vendor_in([amd, amd]) is Vendor.AMD
-    assert advise.vendor_in(["AMD-", "XPU-"]) is None  # two vendors: neither
-    assert advise.vendor_in([nvidia]) is Vendor.NVIDIA
-    assert advise.vendor_in(None) is Vendor.NVIDIA  # figures from before the vendors
+    assert vendor_in([amd, amd]) is Vendor.AMD
+    assert vendor_in(["AMD-", "XPU-"]) is None  # two vendors: neither
+    assert vendor_in([nvidia]) is Vendor.NVIDIA
+    assert vendor_in(None) is Vendor.NVIDIA  # figures from before the vendors

@@ -23,8 +23,11 @@ from datetime import timedelta
 import pytest
 
 from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.recommend.base import HistoryWindow, k8s_target
+from gpugap.recommend.batch import GpuFamily, gpu_count
 from gpugap.schemas import GpuMinute, Record
 from gpugap.schemas.examples import gpu_uuid
+from gpugap.schemas.types import Vendor, WorkloadClass
 from tests.recommend.estate import GIB, T0, gpu_minutes, job, polls, recommend
 from tests.warehouse.test_views import store
 
@@ -89,3 +92,21 @@ def test_a_smaller_model_only_of_the_same_vendor(stored: ClickHouseSettings) -> 
     ]
     erin = next(r for r in recs if r.target.user == "erin")
     assert "#SBATCH --gres=gpu:MI210:1" in erin.apply and "L4" not in erin.apply
+
+
+@pytest.mark.parametrize(
+    ("vendor", "resource"),
+    [(Vendor.NVIDIA, "nvidia.com~1gpu"), (Vendor.AMD, "amd.com~1gpu"),
+     (Vendor.INTEL, "gpu.intel.com~1i915"), (None, "<the GPU resource>")],
+)  # fmt: skip
+def test_fewer_gpus_of_the_pods_own_resource(vendor: Vendor | None, resource: str) -> None:
+    """A Deployment whose pods ask for 4 GPUs and keep 1 busy: the patch names the vendor's
+    device plugin resource (as a JSON pointer), none where its GPUs name several vendors."""
+    fam = GpuFamily(
+        target=k8s_target("mix", "ml", "Deployment", "embed", "embed-0"),
+        workload_class=WorkloadClass.BATCH, gpus=4, allocations=3, max_busy=1, mean_busy=1.0,
+        sd_busy=0.0, hours=3 * 24.0, gpu_hours=3 * 96.0, consumed_gpu_hours=20.0, vendor=vendor,
+    )  # fmt: skip
+    rec = gpu_count(fam, HistoryWindow(END - timedelta(days=7), END, 7.0), END)
+    assert rec is not None and rec.change.to_value == "1"
+    assert f"/resources/limits/{resource}" in rec.apply
