@@ -117,7 +117,7 @@ def pack_nodes(
         apply = (
             f"# {said(t.namespace)}/{said(t.owner_name)} ({said(t.owner_kind)}): {g} GPUs on "
             f"{_nodes(min_nodes)} instead of up to {most}:\n"
-            f"#   {min_nodes} workers of {per_node} GPUs each (nvidia.com/gpu: {per_node}), "
+            f"#   {min_nodes} workers of {per_node} GPUs each (a GPU limit of {per_node}), "
             "instead of more, smaller ones;\n"
             "#   or keep the workers and add to their pod template a podAffinity, preferred, "
             "on their gang's label with topologyKey kubernetes.io/hostname (or the scheduler's "
