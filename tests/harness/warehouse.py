@@ -1,15 +1,17 @@
-"""The tests' warehouse: the embedded endpoint's passwords for the session, and the demo's day
-loaded once (tests/conftest.py's ``demo_warehouse``)."""
+"""The tests' warehouse: the embedded endpoint's passwords for the session, the demo's day
+loaded once (tests/conftest.py's ``demo_warehouse``), and records stored through the sink."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpugap.groundfloor.settings import ClickHouseSettings
+from gpugap.schemas import Record
 from gpugap.warehouse.client import connect
 from gpugap.web import metrics
 from gpugap.web.queries import Query
@@ -52,3 +54,16 @@ def metric_samples(
         if fam.name.startswith(prefix)
         for s in fam.samples
     ]
+
+
+def store(clickhouse: ClickHouseSettings, rows: Sequence[Record], **sink: Any) -> None:
+    """Write ``rows`` through the sink (which rolls them up), as a deployment does."""
+    from gpugap.sinks.clickhouse.sink import ClickHouseSink
+
+    async def write() -> None:
+        out = ClickHouseSink(clickhouse, **sink)
+        await out.start()
+        await out.write(list(rows))
+        await out.close()
+
+    asyncio.run(write())

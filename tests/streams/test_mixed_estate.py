@@ -52,7 +52,7 @@ from tests.harness import mixed_estate as estate
 from tests.harness.amdsmi_fake import FakeAmdSmi, failing_import
 from tests.harness.nvml_fake import FakeNvml
 from tests.harness.nvml_processes import render_states, write_proc
-from tests.warehouse.test_views import store
+from tests.harness.warehouse import store
 
 NODES = ("nv-01", "amd-01", "xpu-01")
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -14,6 +12,7 @@ from gpugap.schemas import Alert, AlertDelivery, GpuMinute, NodeGpus, Record, Sl
 from gpugap.schemas.examples import gpu_uuid
 from gpugap.sinks.clickhouse.sink import ClickHouseSink
 from gpugap.warehouse.client import connect
+from tests.harness.warehouse import store
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 G = [gpu_uuid("n1", i) for i in range(4)]
@@ -77,18 +76,6 @@ def alert(alert_id: str, state: str, minutes: int) -> Alert:
         idle_minutes=minutes,
         idle_gpu_hours=minutes / 60,
     )
-
-
-def store(clickhouse: ClickHouseSettings, rows: Sequence[Record], **sink: Any) -> None:
-    """Write ``rows`` through the sink (which rolls them up), as a deployment does."""
-
-    async def write() -> None:
-        out = ClickHouseSink(clickhouse, **sink)
-        await out.start()
-        await out.write(list(rows))
-        await out.close()
-
-    asyncio.run(write())
 
 
 def records() -> list[Record]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpugap.producers.kubelet_cgroup import pod_uid_of_cgroup, pod_uid_of_pid
 from gpugap.producers.amdsmi.pod_resources import device_names, translate
+from gpugap.producers.kubelet_cgroup import pod_uid_of_cgroup, pod_uid_of_pid
 from gpugap.producers.nvml.kubelet import api_pb2
 from gpugap.producers.nvml.pod_resources import attributions
 from gpugap.schemas import DevicePartition
