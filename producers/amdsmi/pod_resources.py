@@ -79,36 +79,5 @@ class AmdPodResources(PodResourcesClient):
     by AMD identity."""
 
     async def holders(self, names: Mapping[str, str]) -> dict[str, Attribution] | None:
-        response = await self._list_raw()
+        response = await self.raw()
         return None if response is None else attributions(translate(response, names), self._capped)
-
-    async def _list_raw(self) -> Any:
-        # the same call as PodResourcesClient.list, which also applies NVIDIA's id rules
-        import grpc
-
-        if not self.socket.exists():
-            return None
-        if self._stub is None:
-            from gpugap.producers.nvml.kubelet import api_pb2_grpc
-
-            self._channel = grpc.aio.insecure_channel(f"unix://{self.socket.absolute()}")
-            self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
-        from gpugap.producers.nvml.kubelet import api_pb2
-
-        try:
-            response = await self._stub.List(
-                api_pb2.ListPodResourcesRequest(), timeout=self.timeout_s
-            )
-        except grpc.aio.AioRpcError as exc:
-            if not self._failing:
-                log.warning(
-                    "pod-resources: List on %s failed (%s: %s); samples carry no pod until it "
-                    "answers", self.socket, exc.code().name, exc.details(),
-                )  # fmt: skip
-            self._failing = True
-            await self.close()
-            return None
-        if self._failing:
-            log.warning("pod-resources: %s answers again", self.socket)
-            self._failing = False
-        return response

@@ -107,6 +107,12 @@ class PodResourcesClient:
 
     async def list(self) -> dict[str, Attribution] | None:
         """UUID -> holder, or None when the kubelet cannot be asked (no socket, no answer)."""
+        response = await self.raw()
+        return None if response is None else attributions(response, self._capped)
+
+    async def raw(self) -> Any:
+        """The kubelet's List answer as it is (device ids as its device plugins give them),
+        or None when it cannot be asked."""
         import grpc
 
         if not self.socket.exists():
@@ -137,21 +143,12 @@ class PodResourcesClient:
         if self._failing:
             log.warning("pod-resources: %s answers again", self.socket)
             self._failing = False
-        return attributions(response, self._capped)
+        return response
 
     async def close(self) -> None:
         channel, self._channel, self._stub = self._channel, None, None
         if channel is not None:
             await channel.close()
-
-
-def merge(pod: Attribution | None, job: str | None) -> Attribution | None:
-    """One attribution from what the kubelet and the Slurm job map said."""
-    if job is None:
-        return pod
-    if pod is None:
-        return Attribution(slurm_job_id=job)
-    return pod.model_copy(update={"slurm_job_id": job})
 
 
 def lookup(holders: Mapping[str, Attribution], uuid: str, mig: Any) -> Attribution | None:
