@@ -27,7 +27,6 @@ from typing import Any
 
 import grpc
 import pytest
-from aiohttp import web
 
 from gpugap.groundfloor.settings import ClickHouseSettings, Settings
 from gpugap.producers.amd_exporter.producer import AmdExporterProducer
@@ -50,6 +49,7 @@ from gpugap.warehouse.client import connect
 from tests.harness import amd_exporter_text, dcgm_text, xpum_text
 from tests.harness import mixed_estate as estate
 from tests.harness.amdsmi_fake import FakeAmdSmi, failing_import
+from tests.harness.exporters import exporters
 from tests.harness.nvml_fake import FakeNvml
 from tests.harness.nvml_processes import render_states, write_proc
 from tests.harness.warehouse import store
@@ -87,30 +87,6 @@ async def kubelet(socket: Path, response: Any) -> AsyncIterator[None]:
         yield
     finally:
         await server.stop(None)
-
-
-@asynccontextmanager
-async def exporters(texts: dict[str, str]) -> AsyncIterator[dict[str, str]]:
-    """One /metrics server per node on 127.0.0.1, answering ``texts[node]`` as it is at
-    each request."""
-    runners, urls = [], {}
-    try:
-        for node in tuple(texts):
-
-            async def serve(_: web.Request, node: str = node) -> web.Response:
-                return web.Response(text=texts[node], content_type="text/plain")
-
-            app = web.Application()
-            app.router.add_get("/metrics", serve)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            runners.append(runner)
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            urls[node] = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
-        yield urls
-    finally:
-        for runner in runners:
-            await runner.cleanup()
 
 
 def _stamped(records: Any, t: int, out: list[NodeSample], dead: list[DeadLetter]) -> None:
@@ -175,7 +151,8 @@ async def _scrapers(
     dead: list[DeadLetter] = []
     settings = Settings(cluster=mixed.CLUSTER)
     texts = _texts(sc, estate.ticks()[0], amd_labels)
-    async with exporters(texts) as urls:
+    now = {node: (lambda node=node: texts[node]) for node in texts}  # the text as it is now
+    async with exporters(now) as urls:
         scrapers = [
             DcgmProducer(settings, DcgmSettings(endpoints=[urls["nv-01"]])),
             AmdExporterProducer(settings, AmdExporterSettings(endpoints=[urls["amd-01"]])),

@@ -25,7 +25,7 @@ from gpugap.schemas.topics import DEAD_LETTER, SAMPLES
 from gpugap.services.kafka import free_port
 from tests.harness.amd_exporter_text import render
 from tests.harness.device_state import DeviceState
-from tests.producers.dcgm.test_dcgm import exporters  # the same local exporter servers
+from tests.harness.exporters import exporters
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "amd"
 LOGGER = "gpugap.producers.amd_exporter.producer"

@@ -6,8 +6,6 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,43 +21,10 @@ from gpugap.schemas import DeadLetter, NodeSample
 from gpugap.schemas.errors import ConfigError
 from gpugap.schemas.topics import DEAD_LETTER, SAMPLES
 from gpugap.services.kafka import free_port
+from tests.harness.exporters import exporters
 from tests.harness.topics import create_topics, read_topic
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "dcgm"
-
-
-@asynccontextmanager
-async def exporters(routes: dict[str, Any]) -> AsyncIterator[dict[str, str]]:
-    """One HTTP server per name, on 127.0.0.1; a route is scrape text, an int (an HTTP
-    status) or a float (seconds to hang before answering). Yields name -> /metrics URL."""
-    runners, urls = [], {}
-
-    def handler(what: Any) -> Any:
-        async def serve(request: web.Request) -> web.StreamResponse:
-            if isinstance(what, int):
-                return web.Response(status=what, text="dcgm-exporter: internal error\n")
-            if isinstance(what, float):
-                await asyncio.sleep(what)
-                return web.Response(text="# too late\n")
-            return web.Response(text=what, content_type="text/plain")
-
-        return serve
-
-    try:
-        for name, what in routes.items():
-            app = web.Application()
-            app.router.add_get("/metrics", handler(what))
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            runners.append(runner)
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = runner.addresses[0][1]
-            urls[name] = f"http://127.0.0.1:{port}/metrics"
-        yield urls
-    finally:
-        for runner in runners:
-            await runner.cleanup()
 
 
 def settings(endpoints: list[str], **dcgm: Any) -> tuple[Settings, DcgmSettings]:

@@ -8,12 +8,9 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 from gpugap.groundfloor.kafka.publish import JsonlPublisher
 from gpugap.groundfloor.settings import Settings
@@ -25,39 +22,11 @@ from gpugap.schemas.errors import ConfigError
 from gpugap.schemas.topics import DEAD_LETTER, SAMPLES
 from gpugap.services.kafka import free_port
 from tests.harness.device_state import DeviceState
+from tests.harness.exporters import exporters
 from tests.harness.xpum_text import xpum_v1_text, xpum_v2_text
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "intel"
 LOGGER = "gpugap.producers.xpum.producer"
-
-
-@asynccontextmanager
-async def exporters(routes: dict[str, str | int]) -> AsyncIterator[dict[str, str]]:
-    """One HTTP server per name on 127.0.0.1 serving scrape text or an HTTP status; yields
-    name -> /metrics URL."""
-    runners, urls = [], {}
-
-    def handler(what: str | int) -> Callable[[web.Request], Awaitable[web.Response]]:
-        async def serve(request: web.Request) -> web.Response:
-            if isinstance(what, int):
-                return web.Response(status=what, text="xpum: internal error\n")
-            return web.Response(text=what, content_type="text/plain")
-
-        return serve
-
-    try:
-        for name, what in routes.items():
-            app = web.Application()
-            app.router.add_get("/metrics", handler(what))
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            runners.append(runner)
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-            urls[name] = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
-        yield urls
-    finally:
-        for runner in runners:
-            await runner.cleanup()
 
 
 def node(name: str, uuids: list[str], tiles: tuple[float, ...] | None) -> list[DeviceState]:
