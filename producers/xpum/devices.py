@@ -20,6 +20,7 @@ from gpugap.schemas.types import (
     Vendor,
 )
 
+#: a power reading above this is not a real one (issue #130: 3.69e12 W for one scrape after
 #: D3->D0, a stale energy timestamp); the largest Intel card draws about 600 W
 MAX_POWER_W = 5000.0
 _MIB = float(1 << 20)

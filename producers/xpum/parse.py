@@ -50,8 +50,6 @@ from gpugap.schemas.types import (
 
 __all__ = ["MAX_POWER_W", "ScrapeError", "XpumScrape", "parse_scrape"]
 
-#: a power reading above this is not a real one (issue #130: 3.69e12 W for one scrape after
-
 #: (metric name) -> our field; 2.x engine groups by hw_gpu_task below
 _V1 = {
     "xpum_engine_group_ratio": "compute",  # only type="compute"
