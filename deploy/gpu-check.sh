@@ -4,7 +4,9 @@
 # Runs `gpugap produce nvml` for DURATION s (one tick every INTERVAL s) writing JSON lines,
 # puts a small load on one GPU from LOAD_START to LOAD_END s (torch matmuls plus a 4 GiB
 # buffer), then prints one row per tick and GPU and a summary: activity, power and memory
-# while idle vs under load. Without torch there is no load, and the summary says so.
+# while idle vs under load, and what the agent measured of the load's own process (measured
+# use per process: NVML process utilization). Without torch there is no load, and the
+# summary says so.
 #
 #   deploy/gpu-check.sh [FILE.jsonl]        (default: a temporary file, removed afterwards)
 #   env: PYTHON (python3), DURATION (60), INTERVAL (1), LOAD_START (20), LOAD_END (40),
@@ -138,6 +140,12 @@ for index in sorted({i for i, _, _ in rows}):
         busy = [g.get("activity") for i, p, g in rows if i == index and p == "LOAD"]
         idle, busy = [a for a in idle if a is not None], [a for a in busy if a is not None]
         risen = mean(busy) >= mean(idle) + 0.3 if idle and busy else "no activity readings"
+if "start" in load:  # measured use per process (GPUGAP_NVML_PROCESS_USE): the load is no pod's
+    uses = [g.get("measured_use") for i, p, g in rows if i == loaded and p == "LOAD"]
+    mine = [sum(u["activity"] for u in us if not u.get("pod_uid")) for us in uses if us]
+    print(f"per-process use under load: {len(mine)} of {len(uses)} ticks measured"
+          + (f", the load's process (no pod) at mean {mean(mine):.2f}" if mine else
+             " (None: NotSupported, the agent without the host's /proc, or a MIG GPU)"))
 if risen is None or isinstance(risen, str):
     print(f"RESULT: nothing to compare ({risen or 'no load ran, see above'})")
     risen = None
