@@ -11,9 +11,10 @@ measures, AMD whole + a CPX-partitioned MI300X, an Intel Max 1550 with 2 tiles
 
 then through the worker's core and the real ClickHouse sink into the views, where every
 allocation's allocated, consumed and measured GPU-seconds, the unattributed use and the
-unallocated capacity equal the scenario's truth by share. The producers stamp samples with the
-wall clock: the test stamps each round with the scenario's instant (ten minutes run in a few
-seconds)."""
+unallocated capacity equal the scenario's truth by share; and once more the scrapers' samples
+through the real broker, ``gpugap worker`` and the sink reading Kafka. The producers stamp
+samples with the wall clock: the test stamps each round with the scenario's instant (ten
+minutes run in a few seconds)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ from typing import Any
 import grpc
 import pytest
 
-from gpugap.groundfloor.settings import ClickHouseSettings, Settings
+from gpugap.groundfloor.kafka.consume import DeadLetters
+from gpugap.groundfloor.kafka.publish import KafkaPublisher
+from gpugap.groundfloor.settings import ClickHouseSettings, KafkaSettings, Settings
 from gpugap.producers.amd_exporter.producer import AmdExporterProducer
 from gpugap.producers.amd_exporter.settings import AmdExporterSettings
 from gpugap.producers.amdsmi.producer import AmdSmiProducer
@@ -40,18 +43,22 @@ from gpugap.producers.nvml.producer import NvmlProducer
 from gpugap.producers.nvml.settings import NvmlSettings
 from gpugap.producers.xpum.producer import XpumProducer
 from gpugap.producers.xpum.settings import XpumSettings
-from gpugap.schemas import DeadLetter, GpuMinute, K8sPodEvent, NodeSample, Record
+from gpugap.schemas import TOPICS, DeadLetter, GpuMinute, K8sPodEvent, NodeSample, Record
 from gpugap.schemas.errors import ConfigError
+from gpugap.schemas.topics import K8S_PODS, SAMPLES
 from gpugap.schemas.types import ShareSource
 from gpugap.simulator import mixed
+from gpugap.sinks.clickhouse.sink import ClickHouseSink
 from gpugap.streams.process import Processor
 from gpugap.warehouse.client import connect
 from tests.harness import amd_exporter_text, dcgm_text, xpum_text
 from tests.harness import mixed_estate as estate
 from tests.harness.amdsmi_fake import FakeAmdSmi, failing_import
+from tests.harness.commands import run_worker
 from tests.harness.exporters import exporters
 from tests.harness.nvml_fake import FakeNvml
 from tests.harness.nvml_processes import render_states, write_proc
+from tests.harness.topics import create_topics
 from tests.harness.warehouse import store
 
 NODES = ("nv-01", "amd-01", "xpu-01")
@@ -228,8 +235,13 @@ def test_every_figure_of_the_mixed_estate_equals_its_truth_by_share(
     shared = {r.share_source for r in rows if r.gpu_uuid.endswith(sc.devices[3].uuid)}
     assert shared == {ShareSource.MEASURED}
 
-    # the warehouse's views say the same
     store(clickhouse, [*pod_events(sc, path), *rows])
+    views_equal_truth(clickhouse, sc, path)
+
+
+def views_equal_truth(clickhouse: ClickHouseSettings, sc: mixed.Scenario, path: mixed.Path) -> None:
+    """Each allocation in v_top_waste and each vendor in v_vendor_daily equal the truth."""
+    truth = want(sc, path)
     client = connect(clickhouse)
     top = {
         r[0]: r[1:]
@@ -239,6 +251,7 @@ def test_every_figure_of_the_mixed_estate_equals_its_truth_by_share(
     }
     # the warehouse keeps whole milliseconds per row: 10 rows of 60/7 s are 4 ms short
     ms_h = 0.001 * mixed.MINUTES / 3600
+    assert set(top) == {k for k in truth if k}
     for key, (allocated, consumed, _, _) in truth.items():
         if key:
             assert top[key] == pytest.approx((allocated / 3600, consumed / 3600), abs=ms_h), key
@@ -260,6 +273,34 @@ def test_every_figure_of_the_mixed_estate_equals_its_truth_by_share(
             nobody.unallocated_s / 3600,
         )
         assert vendors[vendor] == pytest.approx(tuple(map(float, totals)), abs=8 * ms_h), vendor
+
+
+@pytest.mark.kafka
+def test_the_scraped_mixed_estate_through_kafka_and_the_worker(
+    kafka: KafkaSettings, clickhouse: ClickHouseSettings
+) -> None:
+    """The scrapers' samples and the pods' events published to the real broker, joined by
+    ``gpugap worker`` (the Faust app, in a child process) and stored by the sink from Kafka:
+    the views equal the truth as the in-process run's do."""
+    sc = mixed.build()
+    samples, dead = asyncio.run(_scrapers(sc))
+    assert not dead
+
+    async def publish_and_store() -> None:
+        await create_topics(kafka, list(TOPICS))
+        async with KafkaPublisher(kafka) as out:
+            for event in pod_events(sc, mixed.SCRAPERS):
+                await out.send(K8S_PODS, event)
+            for sample in samples:
+                await out.send(SAMPLES, sample)
+        worker = await asyncio.to_thread(run_worker, kafka, timeout=600)
+        assert not worker.dead, worker.dead
+        sink = ClickHouseSink(clickhouse, max_age_s=0.5)
+        async with KafkaPublisher(kafka) as dlq:
+            await sink.run(kafka, DeadLetters(dlq, "sink", kafka.topic_prefix), idle_timeout_s=3.0)
+
+    asyncio.run(publish_and_store())
+    views_equal_truth(clickhouse, sc, mixed.SCRAPERS)
 
 
 def test_an_exporter_missing_a_label_is_a_dead_letter_and_nothing_else_stops() -> None:
