@@ -97,17 +97,23 @@ class UsageTracker:
             entry = per_pod.setdefault(self.pod_of(p.pid), [0.0, 0.0])
             entry[0] += deltas[p.pid] / wall_ns
             entry[1] += (p.vram_bytes or 0) / MIB
-        order = sorted(per_pod.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
-        if len(order) > MAX_SHARING_PODS + 1:
+        pods = sorted((uid for uid in per_pod if uid is not None), key=lambda u: -per_pod[u][0])
+        if len(pods) > MAX_SHARING_PODS:
             if key not in self._capped:
                 log.warning(
-                    "amdsmi: %s: processes of %d pods; kept the %d busiest",
-                    key, len(order), MAX_SHARING_PODS + 1,
+                    "amdsmi: %s: processes of %d pods; kept the %d busiest, the rest's use "
+                    "counts as no pod's (unattributed, never billed to a holder)",
+                    key, len(pods), MAX_SHARING_PODS,
                 )  # fmt: skip
                 self._capped.add(key)
-            order = sorted(order, key=lambda kv: -kv[1][0])[: MAX_SHARING_PODS + 1]
+            rest = per_pod.setdefault(None, [0.0, 0.0])
+            for uid in pods[MAX_SHARING_PODS:]:
+                act, mem = per_pod.pop(uid)
+                rest[0] += act
+                rest[1] += mem
         else:
             self._capped.discard(key)
+        order = sorted(per_pod.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
         return tuple(
             MeasuredUse(pod_uid=uid, activity=min(1.0, act), memory_used_mib=mem)
             for uid, (act, mem) in order

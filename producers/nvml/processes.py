@@ -143,8 +143,13 @@ class ProcessUse:
         pods = sorted(p for p in busy if p is not None)
         if len(pods) > MAX_SHARING_PODS:
             log.warning(
-                "NVML: processes of %d pods on one GPU; kept %d", len(pods), MAX_SHARING_PODS
-            )
+                "NVML: processes of %d pods on one GPU; kept %d, the rest's use counts as no "
+                "pod's (unattributed, never billed to a holder)", len(pods), MAX_SHARING_PODS
+            )  # fmt: skip
+            for extra in pods[MAX_SHARING_PODS:]:
+                busy[None] += busy.pop(extra)
+                used, before = mib.pop(extra), mib.get(None, 0.0)
+                mib[None] = None if used is None or before is None else before + used
             pods = pods[:MAX_SHARING_PODS]
         keys: list[str | None] = [*pods, *([None] if None in busy else [])]
         return tuple(

@@ -19,6 +19,7 @@ from gpugap.cli import main
 from gpugap.groundfloor.settings import Settings
 from gpugap.producers.amdsmi.producer import AmdSmiProducer
 from gpugap.producers.amdsmi.settings import AmdSmiSettings
+from gpugap.producers.amdsmi.usage import ProcessReading, UsageTracker
 from gpugap.schemas import GpuSample, NodeSample
 from gpugap.schemas.types import ActivityMetric, PartitionKind, SampleSource, Vendor
 from tests.harness.amdsmi_fake import STATUS_NOT_SUPPORTED, FakeAmdSmi, write_proc
@@ -286,3 +287,20 @@ def test_cli_no_driver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         assert len(err) == 1, err
         assert err[0].startswith("gpugap: error: amdsmi: amdsmi_init failed"), err
         assert main(["produce", "amdsmi", "--out", str(out), "--once", "--allow-no-gpu"]) == 0
+
+
+def test_pods_past_the_cap_count_as_no_pods_use() -> None:
+    """70 pods' processes on one device: the 64 busiest are kept, the rest's engine time is
+    the no-pod entry's (unattributed), never dropped into the kept pods' proportions."""
+    pods = {1000 + n: f"{n:08x}-0000-4000-8000-000000000000" for n in range(70)}
+    tracker = UsageTracker(pod_of=pods.get)
+    before = [ProcessReading(pid, 0, 0) for pid in pods]
+    assert tracker.measure("AMD-x", 0.0, before, 0.5) is None  # the first reading: no delta
+    # pod n kept the device busy (n + 1) ms of the 10 s: the 6 least busy are past the cap
+    after = [ProcessReading(pid, (n + 1) * 1_000_000, 1 << 20) for n, pid in enumerate(pods)]
+    uses = tracker.measure("AMD-x", 10.0, after, 0.5)
+    assert uses is not None and len(uses) == 65
+    by_uid = {u.pod_uid: u for u in uses}
+    assert set(by_uid) == {*list(pods.values())[6:], None}
+    assert by_uid[None].activity == pytest.approx(sum(range(1, 7)) * 1e-3 / 10)
+    assert sum(u.activity for u in uses) == pytest.approx(sum(range(1, 71)) * 1e-3 / 10)

@@ -275,3 +275,19 @@ def test_setting_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUGAP_NVML_PROC_ROOT", "/host/proc")
     cfg = NvmlSettings()
     assert cfg.process_use is False and cfg.proc_root == Path("/host/proc")
+
+
+def test_pods_past_the_cap_count_as_no_pods_use_never_the_kept_ones(tmp_path: Path) -> None:
+    """70 pods' processes on one GPU (a sample keeps 64 holders): the 6 past the cap are
+    folded into the no-pod entry, so the kept pods' proportions are not inflated by their use
+    and nothing a process measured is lost."""
+    uids = [f"{n:08x}-0000-4000-8000-000000000000" for n in range(70)]
+    procs = [ProcessState(100 + n, 0.01, 10, uid) for n, uid in enumerate(uids)]
+    states = [state(*procs, busy=0.7)]
+    write_proc(tmp_path, states)
+    with FakeNvml(render_states(states, 1_000_000)).installed():
+        uses = by_pod(tick(producer(tmp_path)).gpus[0].measured_use)
+    assert len(uses) == 65 and set(uses) == {*uids[:64], None}
+    assert uses[None].activity == pytest.approx(0.06)  # the last 6 pods, 1 % each
+    assert sum(u.activity for u in uses.values()) == pytest.approx(0.70)
+    assert uses[None].memory_used_mib == pytest.approx(60.0)
