@@ -52,16 +52,20 @@ def test_jobs_run_then_backfilled_from_sacct(slurm: SlurmCluster, tmp_path: Path
     slurm.cmd("scancel", ids["pending"])
     final = ("COMPLETED", "FAILED", "CANCELLED")
     slurm.wait(lambda j: all(j[i]["job_state"] in final for i in ids.values()), "jobs to end", 90)
-    # slurmdbd records a job's end a moment after slurmctld: wait until sacct has them all
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    # slurmdbd records a job's end a moment after slurmctld: wait until sacct has them all,
+    # and say so if it never does, rather than fail later on a missing event. By id (-j): a
+    # job cancelled before its --begin is outside any -S window (it was never eligible), so
+    # a windowed query never lists it and the wait used to run out its time on every run
+    deadline = time.monotonic() + 120
+    while True:
         text = slurm.cmd(
-            "sacct", "-a", "-X", "-n", "-P", "-o", "JobID,State", "-S", "now-1hour"
+            "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(ids.values())
         ).stdout
         if all(
             f"{i}|" in text and "RUNNING" not in text.split(f"{i}|")[1][:10] for i in ids.values()
         ):
             break
+        assert time.monotonic() < deadline, f"slurmdbd has not recorded {ids} ending:\n{text}"
         time.sleep(0.5)
 
     stderr = backfill(slurm, since, tmp_path / "a" / "events.jsonl", "--chunk", "60")
