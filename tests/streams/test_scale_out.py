@@ -48,7 +48,11 @@ class Group:
             "worker",
             "--backfill",
             *("--max-records", "200"),
-            *("--idle-flush", "1", "--idle-timeout", "6"),
+            # idle for longer than the group's session timeout (the runtime's 10 s) before
+            # stopping: after a SIGKILL the survivors must still be there when the group
+            # notices and hands them the dead member's partitions (with 6 s they could all
+            # have stopped first on a loaded machine, leaving those partitions to nobody)
+            *("--idle-flush", "1", "--idle-timeout", "15"),
             *("--http", f"127.0.0.1:{port}"),
         ]
         self.procs.append(subprocess.Popen(cmd, env=self.env))
